@@ -1,0 +1,1 @@
+"""The mcpcache operator: MCPServer resources to sidecar configuration and injection."""

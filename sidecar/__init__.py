@@ -1,0 +1,1 @@
+"""The mcpcache sidecar: a caching proxy for MCP Streamable HTTP."""

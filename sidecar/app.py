@@ -1,0 +1,155 @@
+"""The sidecar process: the proxy listener, the metrics listener and the config follower.
+
+Two listeners, because they face different callers: the proxy serves the agent on
+loopback, the metrics port serves Prometheus and the kubelet's probes on the pod IP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Callable
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from .config import SidecarConfig
+from .errors import UNKNOWN_SERVER, ProxyError
+from .metrics import Metrics
+from .origin import OriginPolicy
+from .proxy import Proxy
+from .reload import ConfigSource
+from .store import ResponseCache
+
+logger = logging.getLogger("mcpcache.sidecar")
+
+RELOAD_INTERVAL = 1.0
+"""Seconds between checks of the config file; a change takes effect within this."""
+
+
+class Sidecar:
+    """One sidecar: a shared cache, its metrics, and the apps that serve them."""
+
+    def __init__(self, config: Callable[[], SidecarConfig]) -> None:
+        self.config = config
+        current = config()
+        self.metrics = Metrics()
+        self.cache = ResponseCache(
+            current.cache.max_entries,
+            current.cache.max_bytes,
+            on_evict=self.metrics.record_eviction,
+        )
+        self.metrics.observe_cache(self.cache)
+        self.client = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            follow_redirects=False,
+            trust_env=False,
+        )
+        self.proxy = Proxy(
+            config, self.cache, self.metrics, self.client, OriginPolicy(current.allowed_hosts)
+        )
+        self.ready = False
+        self._servers: list[uvicorn.Server] = []
+
+    def request_shutdown(self) -> None:
+        """Ask both listeners to finish (safe to call from another thread)."""
+        for server in self._servers:
+            server.should_exit = True
+
+    def proxy_app(self) -> FastAPI:
+        app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+        proxy = self.proxy
+
+        @app.api_route("/mcp/{server}", methods=["POST", "GET", "DELETE"])
+        async def mcp(request: Request, server: str) -> Response:
+            return await proxy.handle(request, server)
+
+        @app.exception_handler(404)
+        async def not_found(request: Request, exc: Exception) -> Response:
+            return ProxyError(
+                404, UNKNOWN_SERVER, f"no MCP endpoint at {request.url.path}; use /mcp/<server>"
+            ).to_response()
+
+        return app
+
+    def metrics_app(self) -> FastAPI:
+        app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+        registry = self.metrics.registry
+
+        @app.get("/metrics")
+        async def metrics() -> Response:
+            self.metrics.observe_cache(self.cache)
+            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+        @app.get("/healthz")
+        async def healthz() -> Response:
+            return JSONResponse({"status": "ok"})
+
+        @app.get("/readyz")
+        async def readyz() -> Response:
+            if not self.ready:
+                return JSONResponse({"status": "starting"}, status_code=503)
+            return JSONResponse({"status": "ready", "servers": len(self.config().servers)})
+
+        return app
+
+    async def serve(
+        self,
+        proxy_socket: socket.socket | None = None,
+        metrics_socket: socket.socket | None = None,
+    ) -> None:
+        """Run both listeners (and the config follower) until either listener stops."""
+        current = self.config()
+        servers = self._servers = [
+            _server(self.proxy_app(), current.listen.host, current.listen.port),
+            _server(self.metrics_app(), current.metrics.host, current.metrics.port),
+        ]
+        sockets = [proxy_socket, metrics_socket]
+        tasks = [
+            asyncio.create_task(srv.serve(sockets=[sock] if sock else None))
+            for srv, sock in zip(servers, sockets, strict=True)
+        ]
+        follower = None
+        if isinstance(self.config, ConfigSource):
+            follower = asyncio.create_task(self.config.follow(RELOAD_INTERVAL))
+        watcher = asyncio.create_task(self._mark_ready(servers))
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.ready = False
+            for srv in servers:
+                srv.should_exit = True
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for task in (follower, watcher):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            await self.client.aclose()
+
+    async def _mark_ready(self, servers: list[uvicorn.Server]) -> None:
+        # uvicorn exposes start-up only as a flag, so it is polled.
+        while not all(srv.started for srv in servers):  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+        self.ready = True
+        logger.info("sidecar ready", extra={"servers": [s.name for s in self.config().servers]})
+
+
+def _server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        server_header=False,
+        date_header=False,
+    )
+    return uvicorn.Server(config)

@@ -1,0 +1,88 @@
+"""The `mcpcache` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .config import ConfigError
+
+logger = logging.getLogger("mcpcache")
+
+
+def _sidecar(args: argparse.Namespace) -> int:
+    from .app import Sidecar
+    from .logs import configure_logging
+    from .reload import ConfigSource
+
+    configure_logging(args.log_level)
+    try:
+        source = ConfigSource(Path(args.config))
+    except (OSError, ConfigError) as exc:
+        logger.error("cannot start: invalid configuration", extra={"reason": str(exc)})
+        return 2
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is an optional speed-up
+        pass
+    asyncio.run(Sidecar(source).serve())
+    return 0
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    from .config import dump_config, load_config
+
+    try:
+        config = load_config(Path(args.config))
+    except ConfigError as exc:
+        print(f"invalid: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write(dump_config(config))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mcpcache", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    sidecar = commands.add_parser("sidecar", help="run the caching proxy")
+    sidecar.add_argument("--config", required=True, help="YAML or JSON config file")
+    sidecar.add_argument("--log-level", default="INFO")
+    sidecar.set_defaults(run=_sidecar)
+
+    check = commands.add_parser("check-config", help="validate a config file and print it")
+    check.add_argument("config")
+    check.set_defaults(run=_check_config)
+
+    operator = commands.add_parser("operator", help="run the Kubernetes operator")
+    operator.add_argument("args", nargs=argparse.REMAINDER)
+    operator.set_defaults(run=_operator)
+    return parser
+
+
+def _operator(args: argparse.Namespace) -> int:
+    # Imported by name only: the sidecar knows nothing of Kubernetes.
+    try:
+        module = importlib.import_module("mcpcache.operator.cli")
+    except ImportError as exc:
+        print(f"the operator is not available in this installation: {exc}", file=sys.stderr)
+        return 2
+    code: int = module.main(args.args)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.run(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

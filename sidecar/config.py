@@ -1,0 +1,213 @@
+"""The sidecar's configuration: one typed model, read from a YAML or JSON file.
+
+This is the single source of truth for the config format. The operator imports it to
+write each namespace's ConfigMap, so what the operator writes is, by construction,
+what the sidecar reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Self
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from .units import format_duration, format_quantity, parse_duration, parse_quantity
+
+DEFAULT_TTL_SECONDS = 30.0
+DEFAULT_MAX_SIZE = 64 << 10
+MAX_SIZE_CEILING = 1 << 20
+"""A per-response cap above this is clamped to it, not refused."""
+DEFAULT_MAX_ENTRIES = 1024
+DEFAULT_MAX_BYTES = 64 << 20
+DEFAULT_MAX_REQUEST_BYTES = 4 << 20
+
+APP_ID_ENV = "MCPCACHE_APP_ID"
+LISTEN_PORT_ENV = "MCPCACHE_LISTEN_PORT"
+METRICS_PORT_ENV = "MCPCACHE_METRICS_PORT"
+
+
+def _duration(value: Any) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        return parse_duration(value)
+    raise ValueError("expected a duration such as 30s or 5m")
+
+
+def _quantity(value: Any) -> int:
+    if isinstance(value, int | str) and not isinstance(value, bool):
+        return parse_quantity(value)
+    raise ValueError("expected a size such as 64Ki or 1Mi")
+
+
+def _non_negative(value: float) -> float:
+    if value < 0:
+        raise ValueError("must not be negative")
+    return value
+
+
+Duration = Annotated[
+    float,
+    BeforeValidator(_duration),
+    AfterValidator(_non_negative),
+    PlainSerializer(format_duration, return_type=str),
+]
+"""Seconds in memory; a Go-style duration string in files."""
+
+Quantity = Annotated[
+    int,
+    BeforeValidator(_quantity),
+    PlainSerializer(format_quantity, return_type=str),
+]
+"""Bytes in memory; a Kubernetes quantity string in files."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+class ServerCache(_Model):
+    """Per-server caching policy, mirroring the MCPServer's `spec.cache`."""
+
+    enabled: bool = False
+    ttl: Duration = DEFAULT_TTL_SECONDS
+    max_size: Quantity = DEFAULT_MAX_SIZE
+    metadata_ttl: Duration | None = Field(default=None, alias="metadataTTL")
+    """Accepted for compatibility; list operations are never cached, so it has no effect."""
+
+    @property
+    def effective_max_size(self) -> int:
+        return min(self.max_size, MAX_SIZE_CEILING)
+
+    @property
+    def max_size_clamped(self) -> bool:
+        return self.max_size > MAX_SIZE_CEILING
+
+
+def _http_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{value!r} is not an http or https URL")
+    return value
+
+
+class Server(_Model):
+    """One upstream MCP server the sidecar proxies, reached at `/mcp/<name>`."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253)
+    url: Annotated[str, AfterValidator(_http_url)]
+    timeout: Duration = 30.0
+    cache: ServerCache = ServerCache()
+
+
+class Address(_Model):
+    host: str
+    port: int = Field(ge=0, le=65535)
+
+
+class CacheLimits(_Model):
+    """The one shared cache's budget: whichever limit is reached first applies."""
+
+    max_entries: int = Field(default=DEFAULT_MAX_ENTRIES, ge=1)
+    max_bytes: Quantity = DEFAULT_MAX_BYTES
+
+
+class SidecarConfig(_Model):
+    """The whole sidecar configuration. Every field but `servers` has a default."""
+
+    app_id: str = Field(default="default", min_length=1)
+    listen: Address = Address(host="127.0.0.1", port=3500)
+    metrics: Address = Address(host="0.0.0.0", port=9090)
+    cache: CacheLimits = CacheLimits()
+    max_request_bytes: Quantity = DEFAULT_MAX_REQUEST_BYTES
+    allowed_hosts: tuple[str, ...] = ()
+    """Extra `Host` values the listener accepts besides loopback names (DNS-rebinding guard)."""
+    servers: tuple[Server, ...]
+
+    @model_validator(mode="after")
+    def _unique_server_names(self) -> Self:
+        seen: set[str] = set()
+        for server in self.servers:
+            if server.name in seen:
+                raise ValueError(f"server name {server.name!r} appears more than once")
+            seen.add(server.name)
+        return self
+
+    def server(self, name: str) -> Server | None:
+        for server in self.servers:
+            if server.name == name:
+                return server
+        return None
+
+    def to_document(self) -> dict[str, Any]:
+        """The file form: camelCase keys, durations and quantities as strings."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def with_environment(self, environ: Mapping[str, str]) -> SidecarConfig:
+        """Apply the environment overrides for the app id and the two ports."""
+        update: dict[str, Any] = {}
+        if app_id := environ.get(APP_ID_ENV):
+            update["app_id"] = app_id
+        if port := environ.get(LISTEN_PORT_ENV):
+            update["listen"] = self.listen.model_copy(update={"port": int(port)})
+        if port := environ.get(METRICS_PORT_ENV):
+            update["metrics"] = self.metrics.model_copy(update={"port": int(port)})
+        return self.model_copy(update=update) if update else self
+
+
+class ConfigError(ValueError):
+    """The file could not be read or does not describe a valid configuration."""
+
+
+def parse_config(text: str, environ: Mapping[str, str] | None = None) -> SidecarConfig:
+    """Parse YAML or JSON (JSON is YAML) text into a config, applying the environment."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML or JSON: {exc}") from exc
+    if document is None:
+        document = {}
+    if not isinstance(document, dict):
+        raise ConfigError("the top level must be a mapping")
+    try:
+        config = SidecarConfig.model_validate(document)
+        return config.with_environment(os.environ if environ is None else environ)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def load_config(path: Path, environ: Mapping[str, str] | None = None) -> SidecarConfig:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    return parse_config(text, environ)
+
+
+def dump_config(config: SidecarConfig) -> str:
+    """Serialise as YAML in the file form (stable key order, for diffable ConfigMaps)."""
+    return yaml.safe_dump(config.to_document(), sort_keys=False)
+
+
+def dump_config_json(config: SidecarConfig) -> str:
+    return json.dumps(config.to_document(), indent=2)

@@ -1,0 +1,221 @@
+"""MCP message rules: which requests may be answered from the cache, and which answers
+may be stored. Pure functions over decoded JSON-RPC messages; no I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import orjson
+
+CACHEABLE_METHODS: Final = frozenset({"tools/call", "resources/read"})
+NAME_PARAM: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+"""The params member each name-bearing method mirrors into the `Mcp-Name` header."""
+
+KNOWN_METHODS: Final = frozenset(
+    {
+        "initialize",
+        "ping",
+        "server/discover",
+        "tools/list",
+        "tools/call",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+        "logging/setLevel",
+        "subscriptions/listen",
+        "tasks/get",
+        "tasks/list",
+        "tasks/result",
+        "tasks/cancel",
+    }
+)
+"""Methods that get their own metrics label; anything else is counted as `other`."""
+
+REQUEST_STATE_PARAMS: Final = ("inputResponses", "requestState")
+
+BypassReason = Literal["method", "disabled", "request_state"]
+NotStoredReason = Literal[
+    "error",
+    "tool_error",
+    "input_required",
+    "server_request",
+    "too_large",
+    "no_store",
+    "ttl_zero",
+    "upstream_status",
+    "incomplete",
+    "over_budget",
+]
+
+
+class MalformedMessage(ValueError):
+    """The body is not a single JSON-RPC message this proxy can route."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A decoded client-to-server JSON-RPC message (request, notification or response)."""
+
+    body: dict[str, Any]
+
+    @property
+    def method(self) -> str | None:
+        method = self.body.get("method")
+        return method if isinstance(method, str) else None
+
+    @property
+    def id(self) -> Any:
+        return self.body.get("id")
+
+    @property
+    def is_request(self) -> bool:
+        return self.method is not None and "id" in self.body
+
+    @property
+    def params(self) -> dict[str, Any]:
+        params = self.body.get("params")
+        return params if isinstance(params, dict) else {}
+
+
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+INVALID_PARAMS: Final = -32602
+HEADER_MISMATCH: Final = -32020
+
+
+def parse_message(raw: bytes) -> Message:
+    """Decode one JSON-RPC message; raise MalformedMessage with the JSON-RPC code."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedMessage(PARSE_ERROR, f"request body is not valid JSON: {exc}") from exc
+    if isinstance(body, list):
+        raise MalformedMessage(INVALID_REQUEST, "JSON-RPC batches are not supported")
+    if not isinstance(body, dict):
+        raise MalformedMessage(INVALID_REQUEST, "request body must be a JSON-RPC object")
+    if body.get("jsonrpc") != "2.0":
+        raise MalformedMessage(INVALID_REQUEST, 'request body must have "jsonrpc": "2.0"')
+    message = Message(body)
+    method = body.get("method")
+    if "method" in body and not isinstance(method, str):
+        raise MalformedMessage(INVALID_REQUEST, '"method" must be a string')
+    if "params" in body and not isinstance(body["params"], dict | list):
+        raise MalformedMessage(INVALID_REQUEST, '"params" must be an object')
+    if message.is_request:
+        _check_id(body["id"])
+        name_key = NAME_PARAM.get(message.method or "")
+        needs_name = name_key is not None and message.method in CACHEABLE_METHODS
+        if needs_name and not isinstance(message.params.get(name_key or ""), str):
+            raise MalformedMessage(
+                INVALID_PARAMS, f'{message.method} needs a string "{name_key}" in params'
+            )
+    return message
+
+
+def _check_id(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, str | int | float | type(None)):
+        raise MalformedMessage(INVALID_REQUEST, '"id" must be a string or a number')
+
+
+def decode_header_value(value: str) -> str:
+    """Undo the `=?base64?...?=` form MCP clients use for non-ASCII header values."""
+    if value.startswith("=?base64?") and value.endswith("?="):
+        try:
+            return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return value
+    return value
+
+
+def routing_header_mismatch(headers: Mapping[str, str], message: Message) -> str | None:
+    """Why the `Mcp-Method` / `Mcp-Name` headers disagree with the body, or None.
+
+    Checked before any lookup: otherwise a request could name one tool in its headers,
+    another in its body, and be answered with the wrong tool's cached result.
+    """
+    header_method = headers.get("mcp-method")
+    if header_method is not None and header_method != message.method:
+        return "Mcp-Method header does not match the request body's method"
+    header_name = headers.get("mcp-name")
+    name_key = NAME_PARAM.get(message.method or "")
+    if (
+        header_name is not None
+        and name_key is not None
+        and decode_header_value(header_name) != message.params.get(name_key)
+    ):
+        return f"Mcp-Name header does not match the request body's {name_key!r} parameter"
+    return None
+
+
+def bypass_reason(message: Message) -> BypassReason | None:
+    """Why this request is never answered from the cache, or None if it may be."""
+    if message.method not in CACHEABLE_METHODS or not message.is_request:
+        return "method"
+    params = message.params
+    if any(name in params for name in REQUEST_STATE_PARAMS):
+        return "request_state"
+    return None
+
+
+def method_label(method: str | None) -> str:
+    if method is None:
+        return "response"
+    return method if method in KNOWN_METHODS else "other"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether a final JSON-RPC response may be stored, and for how long at most."""
+
+    reason: NotStoredReason | None
+    result: bytes = b""
+    ttl_cap: float | None = None
+
+
+def judge_response(response: Mapping[str, Any]) -> Verdict:
+    """Decide whether the upstream's final response to a cacheable call may be stored."""
+    if "error" in response or "result" not in response:
+        return Verdict("error")
+    result = response["result"]
+    if not isinstance(result, dict):
+        return Verdict("error")
+    if result.get("isError") is True:
+        return Verdict("tool_error")
+    if result.get("resultType") == "input_required":
+        return Verdict("input_required")
+    ttl_cap: float | None = None
+    ttl_ms = result.get("ttlMs")
+    if isinstance(ttl_ms, int | float) and not isinstance(ttl_ms, bool):
+        if ttl_ms <= 0:
+            return Verdict("ttl_zero")
+        ttl_cap = ttl_ms / 1000
+    return Verdict(None, orjson.dumps(result), ttl_cap)
+
+
+def is_server_request(message: Mapping[str, Any]) -> bool:
+    """A server-to-client request (sampling, elicitation, roots) inside a response stream."""
+    return isinstance(message.get("method"), str) and "id" in message
+
+
+def frame_response(request_id: Any, result: bytes) -> bytes:
+    """The JSON-RPC response bytes for a stored result under the caller's own id."""
+    return b'{"jsonrpc":"2.0","id":' + orjson.dumps(request_id) + b',"result":' + result + b"}"
+
+
+def frame_event(data: bytes) -> bytes:
+    """One SSE `message` event carrying `data` (JSON never contains a raw newline)."""
+    return b"event: message\ndata: " + data + b"\n\n"

@@ -1,0 +1,88 @@
+"""Prometheus metrics. A hit writes no log line, so these are how hits are seen.
+
+Labels carry only the server name, the method (from a fixed set), the outcome and a
+reason: never a caller, a token, an argument or a body.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from .store import EvictionReason, ResponseCache
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class Metrics:
+    """The sidecar's instruments, in a registry of their own (one per app instance)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.requests = Counter(
+            "mcpcache_requests",
+            "MCP requests through the sidecar, by server, method and cache outcome.",
+            ["server", "method", "outcome"],
+            registry=self.registry,
+        )
+        self.not_stored = Counter(
+            "mcpcache_not_stored",
+            "Responses to cacheable calls that were not stored, by reason.",
+            ["server", "reason"],
+            registry=self.registry,
+        )
+        self.entries = Gauge(
+            "mcpcache_cache_entries",
+            "Entries in the shared cache.",
+            registry=self.registry,
+        )
+        self.bytes = Gauge(
+            "mcpcache_cache_bytes",
+            "Bytes of stored results in the shared cache.",
+            registry=self.registry,
+        )
+        self.max_entries = Gauge(
+            "mcpcache_cache_max_entries",
+            "Entry budget of the shared cache.",
+            registry=self.registry,
+        )
+        self.max_bytes = Gauge(
+            "mcpcache_cache_max_bytes",
+            "Byte budget of the shared cache.",
+            registry=self.registry,
+        )
+        self.evictions = Counter(
+            "mcpcache_cache_evictions",
+            "Entries removed before a lookup found them: expired, or evicted for space.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.upstream_latency = Histogram(
+            "mcpcache_upstream_request_duration_seconds",
+            "Time from forwarding a request to the end of the upstream's response.",
+            ["server", "method"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.upstream_errors = Counter(
+            "mcpcache_upstream_errors",
+            "Upstream calls that failed without an HTTP response, by kind.",
+            ["server", "kind"],
+            registry=self.registry,
+        )
+        self.config_reloads = Counter(
+            "mcpcache_config_reloads",
+            "Configuration file reloads, by result.",
+            ["result"],
+            registry=self.registry,
+        )
+        for reason in ("expired", "capacity"):
+            self.evictions.labels(reason)
+
+    def record_eviction(self, reason: EvictionReason) -> None:
+        self.evictions.labels(reason).inc()
+
+    def observe_cache(self, cache: ResponseCache) -> None:
+        self.entries.set(len(cache))
+        self.bytes.set(cache.currsize)
+        self.max_entries.set(cache.max_entries)
+        self.max_bytes.set(cache.max_bytes)

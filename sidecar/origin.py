@@ -1,0 +1,38 @@
+"""DNS-rebinding protection for the sidecar's own listener.
+
+The MCP transport asks local servers to validate `Origin` and to bind to loopback: a web
+page the agent's user opens must not be able to reach the sidecar through a hostile DNS
+name. Requests must name a loopback host (or one the config allows), and a browser's
+`Origin`, when present, must be a loopback origin too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
+
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+
+
+def _hostname(authority: str) -> str:
+    """The host part of a `Host` header value, without port or IPv6 brackets."""
+    if authority.startswith("["):
+        return authority[1 : authority.find("]")] if "]" in authority else authority
+    return authority.rsplit(":", 1)[0] if authority.count(":") == 1 else authority
+
+
+class OriginPolicy:
+    def __init__(self, allowed_hosts: Iterable[str] = ()) -> None:
+        self.allowed = LOOPBACK_HOSTS | {h.lower() for h in allowed_hosts}
+
+    def refusal(self, headers: Mapping[str, str]) -> str | None:
+        """Why this request is refused, or None when it may proceed."""
+        host = headers.get("host")
+        if host is not None and _hostname(host.lower()) not in self.allowed:
+            return f"Host {host!r} is not allowed: the sidecar serves loopback callers"
+        origin = headers.get("origin")
+        if origin is not None and origin != "null":
+            name = urlsplit(origin.lower()).hostname
+            if name is None or name not in self.allowed:
+                return f"Origin {origin!r} is not allowed"
+        return None

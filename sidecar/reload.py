@@ -1,0 +1,82 @@
+"""Following the config file: a changed file takes effect without a restart.
+
+Kubernetes updates a mounted ConfigMap by swapping a symlink, so the file is compared
+by content, not by modification time. An invalid file keeps the last good config and
+says why in the log. Nothing here touches the cache: a config change never flushes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import anyio
+
+from .config import ConfigError, SidecarConfig, parse_config
+
+logger = logging.getLogger("mcpcache.sidecar.config")
+
+
+class ConfigSource:
+    """The current configuration, re-read from `path` when its content changes."""
+
+    def __init__(self, path: Path, environ: Mapping[str, str] | None = None) -> None:
+        self.path = path
+        self.environ = environ
+        text = path.read_text(encoding="utf-8")
+        self.current: SidecarConfig = parse_config(text, environ)
+        self._digest = hashlib.sha256(text.encode()).digest()
+        self.last_error: str | None = None
+
+    def __call__(self) -> SidecarConfig:
+        return self.current
+
+    def poll(self) -> bool | None:
+        """Re-read the file: True if a new config took effect, False if the file is
+        invalid (the last good config stays), None if nothing changed."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            return self._reject(f"cannot read {self.path}: {exc}", None)
+        digest = hashlib.sha256(text.encode()).digest()
+        if digest == self._digest:
+            return None
+        try:
+            config = parse_config(text, self.environ)
+        except ConfigError as exc:
+            return self._reject(str(exc), digest)
+        self._digest = digest
+        self.last_error = None
+        self._warn_fixed_fields(config)
+        self.current = config
+        logger.info(
+            "configuration reloaded",
+            extra={"servers": [s.name for s in config.servers], "path": str(self.path)},
+        )
+        return True
+
+    def _reject(self, why: str, digest: bytes | None) -> bool | None:
+        if digest is not None:
+            self._digest = digest  # log an invalid file once, not on every poll
+        if why == self.last_error:
+            return None
+        self.last_error = why
+        logger.error("configuration rejected; keeping the last good one", extra={"reason": why})
+        return False
+
+    def _warn_fixed_fields(self, new: SidecarConfig) -> None:
+        old = self.current
+        for field in ("listen", "metrics", "cache", "app_id"):
+            if getattr(old, field) != getattr(new, field):
+                logger.warning(
+                    "configuration field changed but takes effect only on restart",
+                    extra={"field": field},
+                )
+
+    async def follow(self, interval: float) -> None:
+        """Poll forever (run as a background task)."""
+        while True:
+            await anyio.sleep(interval)
+            self.poll()

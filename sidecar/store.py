@@ -1,0 +1,132 @@
+"""The one shared response cache: two budgets, nearest-to-expiry eviction.
+
+Pure data structure, no I/O. Built on `cachetools.Cache`, whose `getsizeof` hook does
+the byte accounting and whose `popitem` hook chooses the victim; the entry-count budget
+is the second limit the base class does not have.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import cachetools
+
+EvictionReason = Literal["expired", "capacity"]
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A stored result, kept as the bytes of the JSON-RPC `result` value.
+
+    The response a hit sends is these bytes framed around the caller's own `id`, so a hit
+    does no JSON encoding of the result.
+    """
+
+    result: bytes
+    event_stream: bool
+    """Whether the upstream answered as `text/event-stream` (a hit answers the same way)."""
+    stored_at: float
+    expires_at: float
+    seq: int = field(default=0, compare=False)
+
+    @property
+    def size(self) -> int:
+        return len(self.result)
+
+
+def _entry_size(entry: Entry) -> int:
+    return entry.size
+
+
+class ResponseCache(cachetools.Cache[str, Entry]):
+    """At most `max_entries` entries and `max_bytes` bytes, whichever is reached first.
+
+    Storing an entry evicts the entries closest to expiring until it fits; expired
+    entries are closest of all. A lookup never returns an expired entry.
+    """
+
+    def __init__(
+        self,
+        max_entries: int,
+        max_bytes: int,
+        timer: Callable[[], float] = time.monotonic,
+        on_evict: Callable[[EvictionReason], None] | None = None,
+    ) -> None:
+        super().__init__(maxsize=max_bytes, getsizeof=_entry_size)
+        self.max_entries = max_entries
+        self.timer = timer
+        self._on_evict = on_evict
+        self._expiry_heap: list[tuple[float, int, str]] = []
+        self._seq = itertools.count()
+
+    @property
+    def max_bytes(self) -> int:
+        return int(self.maxsize)
+
+    def fits(self, size: int) -> bool:
+        return size <= self.maxsize
+
+    def get_fresh(self, key: str) -> Entry | None:
+        """The entry for `key` if it has not expired; an expired one is dropped."""
+        entry = self.get(key)
+        if entry is None:
+            return None
+        if entry.expires_at <= self.timer():
+            self._remove(key, "expired")
+            return None
+        return entry
+
+    def store(self, key: str, result: bytes, event_stream: bool, ttl: float) -> Entry | None:
+        """Store a result for `ttl` seconds; None when it can never fit the budget."""
+        if ttl <= 0 or len(result) > self.maxsize:
+            return None
+        now = self.timer()
+        entry = Entry(result, event_stream, now, now + ttl, next(self._seq))
+        if key not in self:
+            while len(self) >= self.max_entries:
+                self.popitem()
+        self[key] = entry
+        heapq.heappush(self._expiry_heap, (entry.expires_at, entry.seq, key))
+        if len(self._expiry_heap) > 2 * len(self) + 64:
+            self._compact_heap()
+        return entry
+
+    def popitem(self) -> tuple[str, Entry]:
+        """Evict the entry nearest to its expiry (the cachetools eviction hook)."""
+        while self._expiry_heap:
+            expires_at, seq, key = heapq.heappop(self._expiry_heap)
+            entry = self.get(key)
+            if entry is None or entry.seq != seq:
+                continue  # superseded or already removed
+            reason: EvictionReason = "expired" if expires_at <= self.timer() else "capacity"
+            self._remove(key, reason)
+            return key, entry
+        raise KeyError("cache is empty")
+
+    def expire(self) -> int:
+        """Drop every expired entry; returns how many were dropped."""
+        now = self.timer()
+        dropped = 0
+        while self._expiry_heap and self._expiry_heap[0][0] <= now:
+            _, seq, key = heapq.heappop(self._expiry_heap)
+            entry = self.get(key)
+            if entry is not None and entry.seq == seq:
+                self._remove(key, "expired")
+                dropped += 1
+        return dropped
+
+    def _remove(self, key: str, reason: EvictionReason) -> None:
+        cachetools.Cache.__delitem__(self, key)
+        if self._on_evict is not None:
+            self._on_evict(reason)
+
+    def _compact_heap(self) -> None:
+        self._expiry_heap = [
+            item for item in self._expiry_heap if (e := self.get(item[2])) and e.seq == item[1]
+        ]
+        heapq.heapify(self._expiry_heap)

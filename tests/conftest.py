@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from peers.serving import ServedApp
+from peers.sidecar import RunningSidecar
+from peers.upstream import Upstream
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Iterator[tuple[Upstream, ServedApp]]:
+    """An SDK server answering with SSE streams (its default)."""
+    peer = Upstream()
+    app = ServedApp(peer.app()).start()
+    yield peer, app
+    app.stop()
+
+
+@pytest.fixture(scope="session")
+def json_upstream() -> Iterator[tuple[Upstream, ServedApp]]:
+    """An SDK server answering with plain application/json bodies."""
+    peer = Upstream()
+    app = ServedApp(peer.app(json_response=True)).start()
+    yield peer, app
+    app.stop()
+
+
+SidecarFactory = Callable[..., RunningSidecar]
+
+
+@pytest.fixture
+def make_sidecar(tmp_path: Path) -> Iterator[SidecarFactory]:
+    """Start sidecars from config documents; stopped at the end of the test."""
+    running: list[RunningSidecar] = []
+
+    def start(document: dict[str, Any]) -> RunningSidecar:
+        sidecar = RunningSidecar(tmp_path / f"sidecar-{len(running)}.yaml", document).start()
+        running.append(sidecar)
+        return sidecar
+
+    yield start
+    for sidecar in running:
+        sidecar.stop()
+
+
+def server_entry(name: str, url: str, **cache: Any) -> dict[str, Any]:
+    return {"name": name, "url": url, "cache": {"enabled": True, **cache}}
+
+
+@pytest.fixture
+def sidecar(
+    make_sidecar: SidecarFactory,
+    upstream: tuple[Upstream, ServedApp],
+    json_upstream: tuple[Upstream, ServedApp],
+) -> RunningSidecar:
+    """A sidecar with `sse` and `json` upstreams cached, and `plain` uncached."""
+    return make_sidecar(
+        {
+            "appId": "agent-a",
+            "servers": [
+                server_entry("sse", upstream[1].base_url + "/mcp"),
+                server_entry("json", json_upstream[1].base_url + "/mcp"),
+                {"name": "plain", "url": upstream[1].base_url + "/mcp"},
+            ],
+        }
+    )

@@ -1,0 +1,46 @@
+"""MCP SDK clients pointed at the sidecar, in either protocol era."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+MODERN = "2026-07-28"
+LEGACY = "legacy"
+
+
+def mcp_client(
+    url: str, mode: str = MODERN, headers: dict[str, str] | None = None, **kw: Any
+) -> Client:
+    """An SDK client with its own response cache off, so every call reaches the sidecar."""
+    http = httpx2.AsyncClient(headers=headers or {}, timeout=httpx2.Timeout(30, read=60))
+    return Client(streamable_http_client(url, http_client=http), mode=mode, cache=None, **kw)
+
+
+def call_body(request_id: Any, name: str, arguments: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    """A modern (2026-07-28) tools/call body, as the SDK client would send it."""
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        **meta,
+    }
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments, "_meta": envelope},
+    }
+
+
+def call_headers(name: str, method: str = "tools/call", **extra: str) -> dict[str, str]:
+    return {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": MODERN,
+        "mcp-method": method,
+        "mcp-name": name,
+        **extra,
+    }

@@ -1,0 +1,108 @@
+"""Running an ASGI app under uvicorn in a thread of its own, on a real loopback socket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import uvicorn
+
+
+def loopback_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll `predicate` until it returns something truthy, or fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+async def async_wait_until(
+    predicate: Callable[[], Any], limit: float = 10.0, what: str = "condition"
+) -> Any:
+    deadline = time.monotonic() + limit
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {limit}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+class ThreadLoop:
+    """Runs one coroutine in an event loop on its own thread."""
+
+    def __init__(self, main: Callable[[], Awaitable[None]], name: str) -> None:
+        self._main = main
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())  # type: ignore[arg-type]
+        except BaseException as exc:
+            self.error = exc
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def join(self, timeout: float = 15.0) -> None:
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise RuntimeError(f"{self.thread.name} did not stop within {timeout}s")
+
+
+class ServedApp:
+    """An ASGI app served by uvicorn on 127.0.0.1 in a background thread."""
+
+    def __init__(self, app: Any, lifespan: str = "on") -> None:
+        self.socket = loopback_socket()
+        self.port: int = self.socket.getsockname()[1]
+        config = uvicorn.Config(
+            app, log_config=None, access_log=False, lifespan=lifespan, timeout_graceful_shutdown=2
+        )
+        self.server = uvicorn.Server(config)
+        self._loop = ThreadLoop(lambda: self.server.serve(sockets=[self.socket]), "served-app")
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ServedApp:
+        self._loop.start()
+        wait_until(lambda: self.server.started or self._loop.error, what="uvicorn to start")
+        if self._loop.error:
+            raise self._loop.error
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._loop.join()
+        self.socket.close()
+
+
+@contextlib.contextmanager
+def served(app: Any, lifespan: str = "on") -> Iterator[ServedApp]:
+    running = ServedApp(app, lifespan).start()
+    try:
+        yield running
+    finally:
+        running.stop()

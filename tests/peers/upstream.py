@@ -1,0 +1,142 @@
+"""The upstream: an official MCP SDK server with tools that make cache behaviour visible.
+
+It counts every HTTP request it receives and every tool or resource invocation, so a
+test can assert that a cached answer caused no upstream traffic at all.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any
+
+import anyio
+from mcp.server import MCPServer
+from mcp.server.caching import CacheHint
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import BaseModel
+
+
+class Answer(BaseModel):
+    colour: str
+
+
+class CountingASGI:
+    """Counts HTTP requests by method before handing them to the SDK app."""
+
+    def __init__(self, app: Any, counts: collections.Counter[str]) -> None:
+        self.app = app
+        self.counts = counts
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            self.counts[scope["method"]] += 1
+        await self.app(scope, receive, send)
+
+
+class Upstream:
+    """Tool and resource handlers plus the counters and gates tests drive them with."""
+
+    def __init__(self, resource_ttl_ms: int = 60_000) -> None:
+        self.calls: collections.Counter[str] = collections.Counter()
+        self.http: collections.Counter[str] = collections.Counter()
+        self._gates: dict[str, threading.Event] = {}
+        self.version = 1
+        self.server = MCPServer(
+            "upstream",
+            cache_hints={"resources/read": CacheHint(ttl_ms=resource_ttl_ms)},
+        )
+        self._register()
+
+    def gate(self, name: str) -> threading.Event:
+        """A named event a `slow` call waits on; tests open it with `.set()`."""
+        return self._gates.setdefault(name, threading.Event())
+
+    def app(
+        self,
+        json_response: bool = False,
+        transport_security: TransportSecuritySettings | None = None,
+    ) -> CountingASGI:
+        starlette_app = self.server.streamable_http_app(
+            json_response=json_response, transport_security=transport_security
+        )
+        return CountingASGI(starlette_app, self.http)
+
+    def _register(self) -> None:
+        mcp = self.server
+
+        @mcp.tool()
+        def echo(text: str) -> str:
+            """Return the text, tagged with how many times echo ran."""
+            self.calls["echo"] += 1
+            return f"{text} #{self.calls['echo']}"
+
+        @mcp.tool()
+        def whoami(ctx: Context) -> str:
+            """Answer with the credential the call carried: differs per end user."""
+            self.calls["whoami"] += 1
+            headers = ctx.headers or {}
+            return f"user={headers.get('authorization', 'anonymous')} #{self.calls['whoami']}"
+
+        @mcp.tool()
+        def blob(size: int) -> str:
+            """A result of about `size` bytes."""
+            self.calls["blob"] += 1
+            return "x" * size
+
+        @mcp.tool()
+        async def chatty(frames: int, ctx: Context) -> str:
+            """Many log frames before a small result."""
+            self.calls["chatty"] += 1
+            for i in range(frames):
+                await ctx.info(f"log line {i} " + "y" * 200)
+            return "small"
+
+        @mcp.tool()
+        def broken() -> str:
+            """Always fails as a tool error (isError: true)."""
+            self.calls["broken"] += 1
+            raise ToolError("the backend is down")
+
+        @mcp.tool()
+        async def progress(steps: int, text: str, ctx: Context) -> str:
+            """Report progress `steps` times, then answer."""
+            self.calls["progress"] += 1
+            for i in range(steps):
+                await ctx.report_progress(i + 1, steps, f"step {i + 1}")
+            return f"{text} after {steps} steps #{self.calls['progress']}"
+
+        @mcp.tool()
+        async def slow(steps: int, gate: str, ctx: Context) -> str:
+            """Report progress, then wait until the test opens `gate`."""
+            self.calls["slow"] += 1
+            for i in range(steps):
+                await ctx.report_progress(i + 1, steps + 1, f"step {i + 1}")
+            await anyio.to_thread.run_sync(self.gate(gate).wait, abandon_on_cancel=True)
+            return f"done after {steps} steps"
+
+        @mcp.tool()
+        async def ask(ctx: Context) -> str:
+            """Ask the client a question (elicitation) and answer with the reply."""
+            self.calls["ask"] += 1
+            reply = await ctx.elicit("Favourite colour?", Answer)
+            colour = reply.data.colour if reply.action == "accept" and reply.data else "none"
+            return f"colour={colour}"
+
+        @mcp.tool()
+        def version() -> str:
+            """The upstream's current version: lets a test change the answer."""
+            self.calls["version"] += 1
+            return f"v{self.version}"
+
+        @mcp.resource("doc://{name}")
+        def doc(name: str) -> str:
+            self.calls["doc"] += 1
+            return f"document {name} #{self.calls['doc']}"
+
+        @mcp.prompt()
+        def greet(name: str) -> str:
+            self.calls["greet"] += 1
+            return f"Say hello to {name}"

@@ -1,0 +1,240 @@
+"""Caching through the sidecar, with the official SDK's client and server on both ends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import httpx
+import pytest
+from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client
+
+
+def unique() -> str:
+    return uuid.uuid4().hex
+
+
+@pytest.mark.parametrize("server", ["sse", "json"])
+@pytest.mark.parametrize("mode", [MODERN, LEGACY])
+async def test_second_identical_call_is_served_from_cache(
+    sidecar, upstream, json_upstream, server: str, mode: str
+) -> None:
+    peer = (upstream if server == "sse" else json_upstream)[0]
+    text = unique()
+    async with mcp_client(sidecar.url(server), mode=mode) as client:
+        first = await client.call_tool("echo", {"text": text})
+        posts = peer.http["POST"]
+        second = await client.call_tool("echo", {"text": text})
+        assert peer.http["POST"] == posts, "a hit must cause no upstream request"
+    assert second.content == first.content
+    assert first.content[0].text == f"{text} #{int(first.content[0].text.rsplit('#')[1])}"
+    assert (
+        sidecar.sample("mcpcache_requests_total", server=server, method="tools/call", outcome="hit")
+        == 1
+    )
+
+
+async def test_a_hit_carries_the_callers_id_cache_status_and_age(sidecar) -> None:
+    text = unique()
+    async with httpx.AsyncClient() as http:
+        miss = await http.post(
+            sidecar.url("json"),
+            json=call_body(1, "echo", {"text": text}),
+            headers=call_headers("echo"),
+        )
+        hit = await http.post(
+            sidecar.url("json"),
+            json=call_body("second-id", "echo", {"text": text}),
+            headers=call_headers("echo"),
+        )
+    assert miss.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    assert "age" not in miss.headers
+    assert hit.headers["cache-status"] == "mcpcache; hit"
+    assert hit.headers["age"] == "0"
+    assert hit.headers["content-type"] == "application/json"
+    assert hit.json()["id"] == "second-id"
+    assert hit.json()["result"] == miss.json()["result"]
+
+
+async def test_an_event_stream_hit_carries_only_the_final_response(sidecar, upstream) -> None:
+    peer, _ = upstream
+    text = unique()
+    async with httpx.AsyncClient() as http:
+        arguments = {"steps": 2, "text": text}
+        body = call_body(7, "progress", arguments, progressToken="p7")
+        miss = await http.post(sidecar.url("sse"), json=body, headers=call_headers("progress"))
+        calls = peer.calls["progress"]
+        body = call_body(8, "progress", arguments, progressToken="p8")
+        hit = await http.post(sidecar.url("sse"), json=body, headers=call_headers("progress"))
+    assert miss.headers["content-type"].startswith("text/event-stream")
+    assert hit.headers["content-type"].startswith("text/event-stream")
+    assert hit.headers["cache-status"] == "mcpcache; hit"
+    events = [e for e in hit.text.split("\n\n") if e.strip()]
+    assert len(events) == 1
+    data = json.loads(events[0].split("data: ", 1)[1])
+    assert data["id"] == 8
+    assert text in data["result"]["content"][0]["text"]
+    assert peer.calls["progress"] == calls
+    assert miss.text.count("notifications/progress") == 2
+
+
+async def test_progress_and_log_frames_are_not_replayed_on_a_hit(sidecar, upstream) -> None:
+    frames: list[str] = []
+    async with mcp_client(
+        sidecar.url("sse"), logging_callback=_collect(frames), log_level="info"
+    ) as client:
+        await client.call_tool("chatty", {"frames": 3})
+        seen_on_miss = len(frames)
+        await client.call_tool("chatty", {"frames": 3})
+    assert seen_on_miss == 3
+    assert len(frames) == 3, "the hit replays the result only"
+
+
+def _collect(frames: list[str]):
+    async def callback(params) -> None:
+        frames.append(str(params.data))
+
+    return callback
+
+
+async def test_resources_read_is_cached(sidecar, upstream) -> None:
+    peer, _ = upstream
+    uri = f"doc://{unique()}"
+    async with mcp_client(sidecar.url("sse")) as client:
+        first = await client.read_resource(uri)
+        second = await client.read_resource(uri)
+    assert first.contents == second.contents
+    assert peer.calls["doc"] >= 1
+    assert (
+        sidecar.sample(
+            "mcpcache_requests_total", server="sse", method="resources/read", outcome="hit"
+        )
+        == 1
+    )
+
+
+async def test_two_end_users_never_share_an_entry(sidecar, upstream) -> None:
+    answers = {}
+    for user in ("alice", "bob"):
+        async with mcp_client(
+            sidecar.url("sse"), headers={"authorization": f"Bearer {user}"}
+        ) as client:
+            first = await client.call_tool("whoami", {})
+            second = await client.call_tool("whoami", {})
+            assert first.content == second.content
+            answers[user] = first.content[0].text
+    assert answers["alice"].startswith("user=Bearer alice")
+    assert answers["bob"].startswith("user=Bearer bob")
+
+
+async def test_two_callers_never_share_an_entry(make_sidecar, upstream) -> None:
+    _peer, app = upstream
+    text = unique()
+    results = []
+    for app_id in ("agent-one", "agent-two"):
+        sidecar = make_sidecar(
+            {
+                "appId": app_id,
+                "servers": [
+                    {"name": "s", "url": app.base_url + "/mcp", "cache": {"enabled": True}}
+                ],
+            }
+        )
+        async with mcp_client(sidecar.url("s")) as client:
+            results.append((await client.call_tool("echo", {"text": text})).content[0].text)
+    assert results[0] != results[1]
+
+
+async def test_progress_token_does_not_split_the_cache(sidecar, upstream) -> None:
+    _peer, _ = upstream
+    text = unique()
+    async with httpx.AsyncClient() as http:
+        for request_id in (1, 2, 3):
+            body = call_body(request_id, "echo", {"text": text}, progressToken=f"p{request_id}")
+            body["params"]["_meta"]["traceparent"] = f"00-{unique()}-{unique()[:16]}-01"
+            response = await http.post(sidecar.url("sse"), json=body, headers=call_headers("echo"))
+            assert response.status_code == 200
+    assert (
+        sidecar.sample("mcpcache_requests_total", server="sse", method="tools/call", outcome="hit")
+        == 2
+    )
+
+
+async def test_other_meta_members_split_the_cache(sidecar) -> None:
+    text = unique()
+    async with httpx.AsyncClient() as http:
+        for tenant in ("a", "b"):
+            body = call_body(1, "echo", {"text": text}, tenant=tenant)
+            response = await http.post(sidecar.url("json"), json=body, headers=call_headers("echo"))
+            assert response.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+
+
+async def test_cache_disabled_servers_are_passed_through(sidecar, upstream) -> None:
+    _peer, _ = upstream
+    text = unique()
+    async with mcp_client(sidecar.url("plain")) as client:
+        await client.call_tool("echo", {"text": text})
+        await client.call_tool("echo", {"text": text})
+    assert (
+        sidecar.sample(
+            "mcpcache_requests_total", server="plain", method="tools/call", outcome="bypass"
+        )
+        == 2
+    )
+
+
+@pytest.mark.parametrize("mode", [MODERN, LEGACY])
+async def test_list_prompt_and_handshake_methods_are_never_cached(
+    sidecar, upstream, mode: str
+) -> None:
+    peer, _ = upstream
+    async with mcp_client(sidecar.url("sse"), mode=mode) as client:
+        posts = peer.http["POST"]
+        for _ in range(2):
+            await client.list_tools()
+            await client.list_resources()
+            await client.list_resource_templates()
+            await client.list_prompts()
+            await client.get_prompt("greet", {"name": "x"})
+            if mode == LEGACY:
+                await client.send_ping()
+            else:
+                await client.session.discover()
+        forwarded = peer.http["POST"] - posts
+    samples = sidecar.scrape()
+    outcomes: dict[str, float] = {}
+    for (name, labels), value in samples.items():
+        if name == "mcpcache_requests_total" and dict(labels)["server"] == "sse":
+            outcome = dict(labels)["outcome"]
+            outcomes[outcome] = outcomes.get(outcome, 0) + value
+    assert set(outcomes) == {"bypass"}
+    assert outcomes["bypass"] >= 10
+    assert forwarded == outcomes["bypass"], "every one of them went upstream"
+
+
+async def test_many_concurrent_callers_each_get_their_own_answer(sidecar, json_upstream) -> None:
+    texts = [unique() for _ in range(8)]
+
+    async def caller(http: httpx.AsyncClient, n: int) -> None:
+        text = texts[n % len(texts)]
+        response = await http.post(
+            sidecar.url("json"),
+            json=call_body(f"req-{n}", "echo", {"text": text}),
+            headers=call_headers("echo"),
+        )
+        assert response.status_code == 200
+        body = response.json()
+        assert body["id"] == f"req-{n}"
+        assert body["result"]["content"][0]["text"].startswith(text + " #")
+
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=64)) as http:
+        await asyncio.gather(*(caller(http, n) for n in range(200)))
+    hits = sidecar.sample(
+        "mcpcache_requests_total", server="json", method="tools/call", outcome="hit"
+    )
+    misses = sidecar.sample(
+        "mcpcache_requests_total", server="json", method="tools/call", outcome="miss"
+    )
+    assert hits + misses == 200
+    assert hits >= 200 - 8 * 20

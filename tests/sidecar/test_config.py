@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mcpcache.sidecar.config import (
+    MAX_SIZE_CEILING,
+    ConfigError,
+    dump_config,
+    load_config,
+    parse_config,
+)
+
+MINIMAL = """
+servers:
+  - name: docs
+    url: http://docs-mcp.tools.svc:8000/mcp
+"""
+
+FULL = """
+appId: checkout-agent
+listen: {host: 127.0.0.1, port: 3500}
+metrics: {host: 0.0.0.0, port: 9090}
+cache: {maxEntries: 1024, maxBytes: 64Mi}
+servers:
+  - name: docs
+    url: http://docs-mcp.tools.svc:8000/mcp
+    timeout: 30s
+    cache: {enabled: true, ttl: 60s, maxSize: 256Ki, metadataTTL: 5m}
+"""
+
+
+def test_every_field_but_servers_has_a_default() -> None:
+    config = parse_config(MINIMAL, environ={})
+    assert config.app_id == "default"
+    assert (config.listen.host, config.listen.port) == ("127.0.0.1", 3500)
+    assert (config.metrics.host, config.metrics.port) == ("0.0.0.0", 9090)
+    assert (config.cache.max_entries, config.cache.max_bytes) == (1024, 64 << 20)
+    server = config.servers[0]
+    assert (server.cache.enabled, server.cache.ttl, server.cache.max_size) == (False, 30, 65536)
+    assert server.timeout == 30
+
+
+def test_the_documented_shape_parses_and_round_trips() -> None:
+    config = parse_config(FULL, environ={})
+    server = config.server("docs")
+    assert server is not None
+    assert server.cache.ttl == 60
+    assert server.cache.max_size == 256 << 10
+    assert server.cache.metadata_ttl == 300
+    assert parse_config(dump_config(config), environ={}) == config
+    assert "maxSize: 256Ki" in dump_config(config)
+    assert "ttl: 1m" in dump_config(config)
+
+
+def test_json_is_accepted_too(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"servers": [{"name": "a", "url": "https://a.example/mcp"}]}')
+    assert load_config(path, environ={}).servers[0].url == "https://a.example/mcp"
+
+
+def test_max_size_above_one_mebibyte_is_clamped_not_refused() -> None:
+    config = parse_config(MINIMAL.replace("/mcp", "/mcp\n    cache: {maxSize: 8Mi}"), environ={})
+    cache = config.servers[0].cache
+    assert cache.max_size_clamped
+    assert cache.effective_max_size == MAX_SIZE_CEILING
+
+
+def test_environment_overrides_app_id_and_ports() -> None:
+    config = parse_config(
+        MINIMAL,
+        environ={
+            "MCPCACHE_APP_ID": "billing",
+            "MCPCACHE_LISTEN_PORT": "4000",
+            "MCPCACHE_METRICS_PORT": "9191",
+        },
+    )
+    assert (config.app_id, config.listen.port, config.metrics.port) == ("billing", 4000, 9191)
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        ("servers: [{name: a, url: ftp://x/mcp}]", "not an http or https URL"),
+        ("servers: [{name: a, url: http://x, cache: {ttl: 5 minutes}}]", "invalid duration"),
+        ("servers: [{name: a, url: http://x, cache: {maxSize: lots}}]", "invalid quantity"),
+        ("servers: [{name: a, url: http://x}, {name: a, url: http://y}]", "more than once"),
+        ("servers: [{name: a, url: http://x, colour: red}]", "Extra inputs"),
+        ("appId: x", "servers"),
+        ("[1, 2]", "mapping"),
+        ("servers: [", "not valid YAML"),
+    ],
+)
+def test_invalid_files_are_refused_with_a_reason(text: str, complaint: str) -> None:
+    with pytest.raises(ConfigError, match=complaint):
+        parse_config(text, environ={})

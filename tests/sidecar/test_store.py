@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+from mcpcache.sidecar.store import EvictionReason, ResponseCache
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(max_entries: int = 10, max_bytes: int = 1000) -> tuple[ResponseCache, Clock, list[str]]:
+    clock = Clock()
+    evicted: list[EvictionReason] = []
+    cache = ResponseCache(max_entries, max_bytes, timer=clock, on_evict=evicted.append)
+    return cache, clock, evicted  # type: ignore[return-value]
+
+
+def test_an_expired_entry_is_never_served() -> None:
+    cache, clock, evicted = make()
+    cache.store("k", b"1", event_stream=False, ttl=5)
+    clock.now += 4.999
+    assert cache.get_fresh("k") is not None
+    clock.now += 0.001
+    assert cache.get_fresh("k") is None
+    assert "k" not in cache
+    assert evicted == ["expired"]
+
+
+def test_entry_budget_evicts_the_entry_nearest_to_expiry() -> None:
+    cache, _, evicted = make(max_entries=3)
+    cache.store("long", b"a", False, ttl=300)
+    cache.store("short", b"b", False, ttl=10)
+    cache.store("middle", b"c", False, ttl=60)
+    cache.store("new", b"d", False, ttl=30)
+    assert set(cache) == {"long", "middle", "new"}
+    assert evicted == ["capacity"]
+
+
+def test_byte_budget_evicts_until_the_new_entry_fits() -> None:
+    cache, _, evicted = make(max_bytes=100)
+    cache.store("a", b"x" * 40, False, ttl=10)
+    cache.store("b", b"x" * 40, False, ttl=20)
+    cache.store("c", b"x" * 10, False, ttl=30)
+    cache.store("d", b"x" * 80, False, ttl=40)
+    assert set(cache) == {"c", "d"}
+    assert cache.currsize == 90
+    assert evicted == ["capacity", "capacity"]
+
+
+def test_expired_entries_go_first_when_space_is_needed() -> None:
+    cache, clock, evicted = make(max_entries=2)
+    cache.store("old", b"a", False, ttl=1)
+    cache.store("fresh", b"b", False, ttl=100)
+    clock.now += 2
+    cache.store("new", b"c", False, ttl=50)
+    assert set(cache) == {"fresh", "new"}
+    assert evicted == ["expired"]
+
+
+def test_an_entry_larger_than_the_whole_budget_is_not_stored() -> None:
+    cache, _, evicted = make(max_bytes=100)
+    cache.store("a", b"x" * 50, False, ttl=10)
+    assert cache.store("huge", b"x" * 101, False, ttl=10) is None
+    assert set(cache) == {"a"}
+    assert evicted == []
+
+
+def test_replacing_a_key_keeps_one_entry_and_its_new_expiry() -> None:
+    cache, clock, _ = make(max_entries=2)
+    cache.store("k", b"old", False, ttl=1)
+    cache.store("k", b"new", False, ttl=100)
+    clock.now += 50
+    entry = cache.get_fresh("k")
+    assert entry is not None
+    assert entry.result == b"new"
+    assert len(cache) == 1
+
+
+def test_zero_ttl_is_not_stored() -> None:
+    cache, _, _ = make()
+    assert cache.store("k", b"x", False, ttl=0) is None
+    assert len(cache) == 0
+
+
+def test_budgets_hold_under_many_stores() -> None:
+    cache, clock, _ = make(max_entries=50, max_bytes=5000)
+    for i in range(5000):
+        clock.now += 0.01
+        cache.store(f"k{i % 300}", b"x" * (i % 250), False, ttl=(i * 7919) % 60 + 1)
+        assert len(cache) <= 50
+        assert cache.currsize <= 5000
+    assert len(cache._expiry_heap) <= 2 * len(cache) + 65
+
+
+def test_expire_drops_only_expired_entries() -> None:
+    cache, clock, _ = make()
+    cache.store("a", b"1", False, ttl=1)
+    cache.store("b", b"2", False, ttl=10)
+    clock.now += 5
+    assert cache.expire() == 1
+    assert set(cache) == {"b"}

@@ -117,7 +117,7 @@ class Sidecar:
         ]
         follower = None
         if isinstance(self.config, ConfigSource):
-            follower = asyncio.create_task(self.config.follow(RELOAD_INTERVAL))
+            follower = asyncio.create_task(self._follow(self.config))
         watcher = asyncio.create_task(self._mark_ready(servers))
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -132,6 +132,13 @@ class Sidecar:
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
             await self.client.aclose()
+
+    async def _follow(self, source: ConfigSource) -> None:
+        while True:
+            await asyncio.sleep(RELOAD_INTERVAL)
+            outcome = source.poll()
+            if outcome is not None:
+                self.metrics.config_reloads.labels("applied" if outcome else "rejected").inc()
 
     async def _mark_ready(self, servers: list[uvicorn.Server]) -> None:
         # uvicorn exposes start-up only as a flag, so it is polled.

@@ -35,6 +35,7 @@ MAX_SIZE_CEILING = 1 << 20
 DEFAULT_MAX_ENTRIES = 1024
 DEFAULT_MAX_BYTES = 64 << 20
 DEFAULT_MAX_REQUEST_BYTES = 4 << 20
+DEFAULT_MAX_HEADER_BYTES = 64 << 10
 
 APP_ID_ENV = "MCPCACHE_APP_ID"
 LISTEN_PORT_ENV = "MCPCACHE_LISTEN_PORT"
@@ -140,6 +141,7 @@ class SidecarConfig(_Model):
     metrics: Address = Address(host="0.0.0.0", port=9090)
     cache: CacheLimits = CacheLimits()
     max_request_bytes: Quantity = DEFAULT_MAX_REQUEST_BYTES
+    max_header_bytes: Quantity = DEFAULT_MAX_HEADER_BYTES
     allowed_hosts: tuple[str, ...] = ()
     """Extra `Host` values the listener accepts besides loopback names (DNS-rebinding guard)."""
     servers: tuple[Server, ...]

@@ -136,6 +136,13 @@ class Proxy:
         if (problem := self.origin_policy.refusal(request.headers)) is not None:
             raise ProxyError(403, FORBIDDEN, problem)
         config = self._config()
+        header_bytes = sum(len(k) + len(v) for k, v in request.scope["headers"])
+        if header_bytes > config.max_header_bytes:
+            raise ProxyError(
+                431,
+                REQUEST_TOO_LARGE,
+                f"request headers exceed the limit of {config.max_header_bytes} bytes",
+            )
         server = config.server(server_name)
         if server is None:
             raise ProxyError(
@@ -177,7 +184,7 @@ class Proxy:
             raise ProxyError(
                 415, INVALID_REQUEST, "Content-Type must be application/json for MCP requests"
             )
-        accept = headers.get("accept", "")
+        accept = headers.get("accept") or "*/*"
         if not (_accepts(accept, JSON) and _accepts(accept, EVENT_STREAM)):
             raise ProxyError(
                 406,

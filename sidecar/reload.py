@@ -12,8 +12,6 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-import anyio
-
 from .config import ConfigError, SidecarConfig, parse_config
 
 logger = logging.getLogger("mcpcache.sidecar.config")
@@ -74,9 +72,3 @@ class ConfigSource:
                     "configuration field changed but takes effect only on restart",
                     extra={"field": field},
                 )
-
-    async def follow(self, interval: float) -> None:
-        """Poll forever (run as a background task)."""
-        while True:
-            await anyio.sleep(interval)
-            self.poll()

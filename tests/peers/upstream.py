@@ -7,13 +7,14 @@ test can assert that a cached answer caused no upstream traffic at all.
 from __future__ import annotations
 
 import collections
+import json
 import threading
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 from mcp.server import MCPServer
 from mcp.server.caching import CacheHint
-from mcp.server.mcpserver import Context
+from mcp.server.mcpserver import Context, Elicit, Resolve
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import BaseModel
@@ -21,6 +22,10 @@ from pydantic import BaseModel
 
 class Answer(BaseModel):
     colour: str
+
+
+def ask_colour() -> Elicit[Answer]:
+    return Elicit("Favourite colour?", Answer)
 
 
 class CountingASGI:
@@ -81,6 +86,12 @@ class Upstream:
             return f"user={headers.get('authorization', 'anonymous')} #{self.calls['whoami']}"
 
         @mcp.tool()
+        def headers(ctx: Context) -> str:
+            """The HTTP request headers this call arrived with, as JSON."""
+            self.calls["headers"] += 1
+            return json.dumps(dict(ctx.headers or {}))
+
+        @mcp.tool()
         def blob(size: int) -> str:
             """A result of about `size` bytes."""
             self.calls["blob"] += 1
@@ -124,6 +135,12 @@ class Upstream:
             reply = await ctx.elicit("Favourite colour?", Answer)
             colour = reply.data.colour if reply.action == "accept" and reply.data else "none"
             return f"colour={colour}"
+
+        @mcp.tool()
+        def survey(answer: Annotated[Answer, Resolve(ask_colour)]) -> str:
+            """Ask the client a question in whichever way the protocol era allows."""
+            self.calls["survey"] += 1
+            return f"colour={answer.colour}"
 
         @mcp.tool()
         def version() -> str:

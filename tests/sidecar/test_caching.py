@@ -129,7 +129,7 @@ async def test_two_end_users_never_share_an_entry(sidecar, upstream) -> None:
 
 
 async def test_two_callers_never_share_an_entry(make_sidecar, upstream) -> None:
-    _peer, app = upstream
+    _, app = upstream
     text = unique()
     results = []
     for app_id in ("agent-one", "agent-two"):
@@ -147,7 +147,6 @@ async def test_two_callers_never_share_an_entry(make_sidecar, upstream) -> None:
 
 
 async def test_progress_token_does_not_split_the_cache(sidecar, upstream) -> None:
-    _peer, _ = upstream
     text = unique()
     async with httpx.AsyncClient() as http:
         for request_id in (1, 2, 3):
@@ -171,7 +170,6 @@ async def test_other_meta_members_split_the_cache(sidecar) -> None:
 
 
 async def test_cache_disabled_servers_are_passed_through(sidecar, upstream) -> None:
-    _peer, _ = upstream
     text = unique()
     async with mcp_client(sidecar.url("plain")) as client:
         await client.call_tool("echo", {"text": text})

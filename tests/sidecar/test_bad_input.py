@@ -1,0 +1,150 @@
+"""Bad input gets a precise HTTP status and JSON-RPC error, caches nothing, breaks nothing."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from peers.clients import call_body, call_headers
+
+JSON_HEADERS = call_headers("echo")
+
+
+def body(value: object) -> bytes:
+    return json.dumps(value).encode()
+
+
+CASES = [
+    pytest.param(b"{not json", JSON_HEADERS, 400, -32700, id="malformed-json"),
+    pytest.param(b'"a string"', JSON_HEADERS, 400, -32600, id="non-object"),
+    pytest.param(body([call_body(1, "echo", {})]), JSON_HEADERS, 400, -32600, id="batch"),
+    pytest.param(
+        b'{"id": 1, "method": "tools/call"}', JSON_HEADERS, 400, -32600, id="no-jsonrpc-version"
+    ),
+    pytest.param(
+        b'{"jsonrpc": "2.0", "id": 1, "method": 7}',
+        JSON_HEADERS,
+        400,
+        -32600,
+        id="method-not-string",
+    ),
+    pytest.param(
+        b'{"jsonrpc": "2.0", "id": {}, "method": "ping"}', JSON_HEADERS, 400, -32600, id="id-object"
+    ),
+    pytest.param(
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"\xff"}}',
+        JSON_HEADERS,
+        400,
+        -32700,
+        id="invalid-utf8",
+    ),
+    pytest.param(b"[" * 5000 + b"]" * 5000, JSON_HEADERS, 400, -32700, id="deeply-nested"),
+    pytest.param(
+        body(call_body(1, "echo", {})),
+        {**JSON_HEADERS, "content-type": "text/plain"},
+        415,
+        -32600,
+        id="wrong-content-type",
+    ),
+    pytest.param(
+        body(call_body(1, "echo", {})),
+        {k: v for k, v in JSON_HEADERS.items() if k != "content-type"},
+        415,
+        -32600,
+        id="no-content-type",
+    ),
+    pytest.param(
+        body(call_body(1, "echo", {})),
+        {**JSON_HEADERS, "accept": "text/html"},
+        406,
+        -32600,
+        id="wrong-accept",
+    ),
+    pytest.param(
+        body({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"arguments": {}}}),
+        {k: v for k, v in JSON_HEADERS.items() if k != "mcp-name"},
+        400,
+        -32602,
+        id="tools-call-without-name",
+    ),
+    pytest.param(
+        body({"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {}}),
+        {k: v for k, v in JSON_HEADERS.items() if k not in ("mcp-name", "mcp-method")},
+        400,
+        -32602,
+        id="resources-read-without-uri",
+    ),
+]
+
+
+@pytest.mark.parametrize(("content", "headers", "status", "code"), CASES)
+async def test_bad_requests_get_a_precise_error_and_change_nothing(
+    sidecar, json_upstream, content: bytes, headers: dict[str, str], status: int, code: int
+) -> None:
+    peer, _ = json_upstream
+    posts = peer.http["POST"]
+    async with httpx.AsyncClient() as http:
+        response = await http.post(sidecar.url("json"), content=content, headers=headers)
+        assert response.status_code == status
+        assert response.headers["content-type"] == "application/json"
+        assert response.json()["error"]["code"] == code
+        assert response.json()["jsonrpc"] == "2.0"
+        assert peer.http["POST"] == posts
+        assert len(sidecar.sidecar.cache) == 0
+        healthy = await http.post(
+            sidecar.url("json"), json=call_body(2, "echo", {"text": "ok"}), headers=JSON_HEADERS
+        )
+        assert healthy.status_code == 200
+
+
+async def test_a_body_over_the_limit_gets_413(make_sidecar, json_upstream) -> None:
+    _, app = json_upstream
+    sidecar = make_sidecar(
+        {"maxRequestBytes": "1Ki", "servers": [{"name": "s", "url": app.base_url + "/mcp"}]}
+    )
+    big = call_body(1, "echo", {"text": "x" * 2000})
+    async with httpx.AsyncClient() as http:
+        response = await http.post(sidecar.url("s"), json=big, headers=JSON_HEADERS)
+
+        async def chunks():
+            yield json.dumps(big).encode()
+
+        streamed = await http.post(sidecar.url("s"), content=chunks(), headers=JSON_HEADERS)
+    for answer in (response, streamed):
+        assert answer.status_code == 413
+        assert answer.json()["error"]["message"] == "request body exceeds the limit of 1024 bytes"
+
+
+async def test_oversized_headers_get_431(sidecar) -> None:
+    async with httpx.AsyncClient() as http:
+        response = await http.post(
+            sidecar.url("json"),
+            json=call_body(1, "echo", {}),
+            headers=JSON_HEADERS | {"x-huge": "y" * 200_000},
+        )
+    assert response.status_code == 431
+    assert response.json()["error"]["message"] == "request headers exceed the limit of 65536 bytes"
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(f"{sidecar.metrics_url}/healthz")).status_code == 200
+
+
+async def test_unknown_methods_are_forwarded_and_their_errors_not_cached(
+    sidecar, json_upstream
+) -> None:
+    async with httpx.AsyncClient() as http:
+        for request_id in (1, 2):
+            payload = {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": "tools/frobnicate",
+                "params": {},
+            }
+            headers = JSON_HEADERS | {"mcp-method": "tools/frobnicate"}
+            response = await http.post(sidecar.url("json"), json=payload, headers=headers)
+            assert response.json().get("error") is not None
+    assert len(sidecar.sidecar.cache) == 0
+    assert (
+        sidecar.sample("mcpcache_requests_total", server="json", method="other", outcome="bypass")
+        == 2
+    )

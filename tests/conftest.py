@@ -1,14 +1,14 @@
 from __future__ import annotations
 
-import sys
+import os
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
+from peers.controlplane import BIN_ENV, ControlPlane
 from peers.serving import ServedApp
 from peers.sidecar import RunningSidecar
 from peers.upstream import Upstream
@@ -71,3 +71,27 @@ def sidecar(
             ],
         }
     )
+
+
+def _control_plane_binaries() -> Path:
+    """Where the control-plane binaries are; built on demand when Go is available."""
+    if bin_dir := os.environ.get(BIN_ENV):
+        return Path(bin_dir)
+    if shutil.which("go") is None:
+        reason = "no Go toolchain: the test control plane cannot be built (see tests/controlplane)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    build = Path(__file__).parent / "controlplane" / "build.sh"
+    out = subprocess.run(["bash", str(build)], check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    """A real kube-apiserver with etcd, RBAC on, admin kubeconfig at `.kubeconfig`."""
+    plane = ControlPlane(_control_plane_binaries()).start()
+    try:
+        yield plane
+    finally:
+        plane.stop()

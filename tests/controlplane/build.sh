@@ -12,7 +12,7 @@ cache_root=${MCPCACHE_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcpcache/cont
 key=$(
   {
     go version
-    cd "$here" && find . -type f \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' \) -print0 \
+    cd "$here" && find . -type f \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' -o -name 'build.sh' \) -print0 \
       | sort -z | xargs -0 sha256sum
   } | sha256sum | cut -c1-16
 )
@@ -30,11 +30,18 @@ mkdir -p "$tmp/bin"
 trap 'rm -rf "$tmp"' EXIT
 
 start=$(date +%s)
-# Two cores: one package at a time per link keeps peak memory moderate.
 export GOFLAGS="${GOFLAGS:-} -trimpath"
-(cd "$here" && go build -ldflags='-s -w' -o "$tmp/bin/controlplane" .)
-(cd "$here" && go build -ldflags='-s -w' -o "$tmp/bin/kubectl" k8s.io/kubernetes/cmd/kubectl)
-(cd "$here/helm" && go build -ldflags='-s -w' -o "$tmp/bin/helm" helm.sh/helm/v3/cmd/helm)
+# Stamp the versions the binaries would carry from their own release builds.
+kube=$(cd "$here" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
+helm=$(cd "$here/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v3)
+minor=$(echo "$kube" | cut -d. -f2)
+kube_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$kube \
+  -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
+  -X k8s.io/component-base/version.gitTreeState=clean"
+(cd "$here" && go build -ldflags="$kube_ldflags" -o "$tmp/bin/controlplane" .)
+(cd "$here" && go build -ldflags="$kube_ldflags" -o "$tmp/bin/kubectl" k8s.io/kubernetes/cmd/kubectl)
+(cd "$here/helm" && go build -ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm" \
+  -o "$tmp/bin/helm" helm.sh/helm/v3/cmd/helm)
 echo "controlplane: built in $(($(date +%s) - start))s" >&2
 
 rm -rf "$out"

@@ -19,8 +19,11 @@ if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.complete" ]; then
   "$venv/bin/python" - "$MCPCACHE_ROOT/pyproject.toml" > "$venv/requirements.txt" <<'PY'
 import sys, tomllib
 project = tomllib.load(open(sys.argv[1], "rb"))["project"]
-for requirement in project["dependencies"] + project["optional-dependencies"]["test"]:
+for requirement in project["dependencies"]:
     print(requirement)
+for extra in project["optional-dependencies"].values():
+    for requirement in extra:
+        print(requirement)
 PY
   "$venv/bin/python" -m pip install --quiet -r "$venv/requirements.txt"
   touch "$venv/.complete"

@@ -22,7 +22,7 @@ def _sidecar(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_level)
     try:
-        source = ConfigSource(Path(args.config))
+        source = ConfigSource(Path(args.config), allow_missing=args.allow_missing_config)
     except (OSError, ConfigError) as exc:
         logger.error("cannot start: invalid configuration", extra={"reason": str(exc)})
         return 2
@@ -54,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sidecar = commands.add_parser("sidecar", help="run the caching proxy")
     sidecar.add_argument("--config", required=True, help="YAML or JSON config file")
+    sidecar.add_argument(
+        "--allow-missing-config",
+        action="store_true",
+        help="start with no servers until the file appears (a not-yet-written ConfigMap)",
+    )
     sidecar.add_argument("--log-level", default="INFO")
     sidecar.set_defaults(run=_sidecar)
 
@@ -61,25 +66,27 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("config")
     check.set_defaults(run=_check_config)
 
-    operator = commands.add_parser("operator", help="run the Kubernetes operator")
-    operator.add_argument("args", nargs=argparse.REMAINDER)
-    operator.set_defaults(run=_operator)
+    # Parsed by the operator itself (see _operator); listed here for --help.
+    commands.add_parser("operator", help="run the Kubernetes operator", add_help=False)
     return parser
 
 
-def _operator(args: argparse.Namespace) -> int:
+def _operator(argv: Sequence[str]) -> int:
     # Imported by name only: the sidecar knows nothing of Kubernetes.
     try:
         module = importlib.import_module("mcpcache.operator.cli")
     except ImportError as exc:
         print(f"the operator is not available in this installation: {exc}", file=sys.stderr)
         return 2
-    code: int = module.main(args.args)
+    code: int = module.main(argv)
     return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["operator"]:
+        return _operator(arguments[1:])
+    args = build_parser().parse_args(arguments)
     code: int = args.run(args)
     return code
 

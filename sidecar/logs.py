@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+_PLAIN = (str, int, float, bool, type(None), list, tuple, dict)
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
 
@@ -24,7 +25,8 @@ class JSONFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
+            # Only plain data: libraries attach whole objects (settings, clients) as extras.
+            if key not in _STANDARD and not key.startswith("_") and isinstance(value, _PLAIN):
                 line[key] = value
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)

@@ -20,13 +20,25 @@ logger = logging.getLogger("mcpcache.sidecar.config")
 class ConfigSource:
     """The current configuration, re-read from `path` when its content changes."""
 
-    def __init__(self, path: Path, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        environ: Mapping[str, str] | None = None,
+        allow_missing: bool = False,
+    ) -> None:
         self.path = path
         self.environ = environ
-        text = path.read_text(encoding="utf-8")
-        self.current: SidecarConfig = parse_config(text, environ)
-        self._digest = hashlib.sha256(text.encode()).digest()
+        self.allow_missing = allow_missing
         self.last_error: str | None = None
+        if allow_missing and not path.exists():
+            # A pod may start before its namespace has any MCPServer: serve no servers
+            # until the operator writes the file.
+            self.current: SidecarConfig = parse_config("servers: []", environ)
+            self._digest = b""
+            return
+        text = path.read_text(encoding="utf-8")
+        self.current = parse_config(text, environ)
+        self._digest = hashlib.sha256(text.encode()).digest()
 
     def __call__(self) -> SidecarConfig:
         return self.current
@@ -36,6 +48,10 @@ class ConfigSource:
         invalid (the last good config stays), None if nothing changed."""
         try:
             text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError as exc:
+            if self.allow_missing:
+                return None
+            return self._reject(f"cannot read {self.path}: {exc}", None)
         except (OSError, UnicodeDecodeError) as exc:
             return self._reject(f"cannot read {self.path}: {exc}", None)
         digest = hashlib.sha256(text.encode()).digest()

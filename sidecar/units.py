@@ -13,14 +13,13 @@ from decimal import Decimal, InvalidOperation
 _DURATION_UNITS: dict[str, Decimal] = {
     "ns": Decimal("1e-9"),
     "us": Decimal("1e-6"),
-    "µs": Decimal("1e-6"),
     "ms": Decimal("1e-3"),
     "s": Decimal(1),
     "m": Decimal(60),
     "h": Decimal(3600),
 }
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-DURATION_PATTERN = r"^((\d+(\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h))+$|^0$"
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|ms|s|m|h)")
+DURATION_PATTERN = r"^((\d+(\.\d*)?|\.\d+)(ns|us|ms|s|m|h))+$|^0$"
 """The same syntax as a regular expression, for the CRD's OpenAPI schema."""
 
 _QUANTITY_SUFFIXES: dict[str, int] = {

@@ -40,8 +40,13 @@ kube_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$kube \
   -X k8s.io/component-base/version.gitTreeState=clean"
 (cd "$here" && go build -ldflags="$kube_ldflags" -o "$tmp/bin/controlplane" .)
 (cd "$here" && go build -ldflags="$kube_ldflags" -o "$tmp/bin/kubectl" k8s.io/kubernetes/cmd/kubectl)
-(cd "$here/helm" && go build -ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm" \
-  -o "$tmp/bin/helm" helm.sh/helm/v3/cmd/helm)
+# As helm's own Makefile does: the default Kubernetes version follows its client-go.
+client_minor=$(cd "$here/helm" && go list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2)
+helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm"
+for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+  helm_ldflags="$helm_ldflags -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$client_minor"
+done
+(cd "$here/helm" && go build -ldflags="$helm_ldflags" -o "$tmp/bin/helm" helm.sh/helm/v3/cmd/helm)
 echo "controlplane: built in $(($(date +%s) - start))s" >&2
 
 rm -rf "$out"

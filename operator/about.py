@@ -1,1 +1,0 @@
-"""The mcpcache operator: MCPServer resources to sidecar configuration and injection."""

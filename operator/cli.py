@@ -1,0 +1,89 @@
+"""`mcpcache operator`: run the operator (reconciliation, and the injection webhook)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from collections.abc import Sequence
+
+import kopf
+from kubernetes import client, config
+from mcpcache.sidecar.logs import configure_logging
+from prometheus_client import start_http_server
+
+from .handlers import build_registry
+from .metrics import OperatorMetrics
+from .reconcile import NamespaceReconciler
+from .settings import OperatorSettings
+
+logger = logging.getLogger("mcpcache.operator")
+
+
+def _api_client() -> client.ApiClient:
+    """In a pod, the service account; elsewhere, $KUBECONFIG or ~/.kube/config."""
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return client.ApiClient()
+    except config.ConfigException:
+        api: client.ApiClient = config.new_client_from_config()  # type: ignore[no-untyped-call]
+        return api
+
+
+def configure_kopf(settings: OperatorSettings, kopf_settings: kopf.OperatorSettings) -> None:
+    kopf_settings.posting.enabled = False  # the operator posts its own, meaningful events
+    kopf_settings.watching.reconnect_backoff = 1.0
+    kopf_settings.watching.server_timeout = 300
+    kopf_settings.networking.error_backoffs = [1, 2, 5, 10]
+    if settings.webhook_cert and settings.webhook_key:
+        kopf_settings.admission.server = kopf.WebhookServer(
+            addr="0.0.0.0",
+            port=settings.webhook_port,
+            certfile=settings.webhook_cert,
+            pkeyfile=settings.webhook_key,
+        )
+    # The MutatingWebhookConfiguration belongs to the Helm chart, not to the operator:
+    # the operator needs no permission to change admission configuration.
+    kopf_settings.admission.managed = None
+
+
+async def run(settings: OperatorSettings, stop: asyncio.Event | None = None) -> None:
+    metrics = OperatorMetrics()
+    start_http_server(settings.metrics_port, registry=metrics.registry)
+    api = _api_client()
+    reconciler = NamespaceReconciler(api, metrics)
+    registry = build_registry(reconciler, settings, metrics)
+    kopf_settings = kopf.OperatorSettings()
+    configure_kopf(settings, kopf_settings)
+    try:
+        await kopf.operator(
+            registry=registry,
+            settings=kopf_settings,
+            standalone=True,
+            clusterwide=not settings.namespaces,
+            namespaces=settings.namespaces,
+            liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz",
+            stop_flag=stop,
+        )
+    finally:
+        await reconciler.close()
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    parser = argparse.ArgumentParser(prog="mcpcache operator", description=__doc__)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(list(argv))
+    configure_logging(args.log_level)
+    settings = OperatorSettings.from_environment()
+    logger.info(
+        "operator starting",
+        extra={
+            "namespaces": list(settings.namespaces) or "all",
+            "webhook": bool(settings.webhook_cert),
+        },
+    )
+    asyncio.run(run(settings))
+    return 0
+
+
+__all__ = ["main", "run"]

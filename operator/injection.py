@@ -1,0 +1,137 @@
+"""The sidecar injected into annotated pods. Pure: a pod in, the changes out.
+
+The sidecar is a native sidecar (an init container with `restartPolicy: Always`), so it
+starts before the app containers, stays up beside them, and does not keep a Job's pod
+alive. Its configuration is the namespace's ConfigMap, mounted read-only and optional:
+pods may start before any MCPServer exists, and the sidecar picks the file up when the
+operator writes it.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from .configmap import CONFIG_KEY, CONFIGMAP_NAME
+from .settings import SIDECAR_LISTEN_PORT, SIDECAR_METRICS_PORT, OperatorSettings
+
+INJECT_ANNOTATION: Final = "mcpcache.io/inject"
+APP_ID_ANNOTATION: Final = "mcpcache.io/app-id"
+SIDECAR_NAME: Final = "mcpcache"
+VOLUME_NAME: Final = "mcpcache-config"
+CONFIG_DIR: Final = "/etc/mcpcache"
+URL_ENV: Final = "MCPCACHE_URL"
+SIDECAR_UID: Final = 65532
+
+_APP_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,251}[A-Za-z0-9])?$")
+
+
+class InjectionRefused(ValueError):
+    """The pod asks for the sidecar but its spec cannot take it; the message says why."""
+
+
+def wants_sidecar(pod: Mapping[str, Any]) -> bool:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(INJECT_ANNOTATION) == "true"
+
+
+def app_id_of(pod: Mapping[str, Any]) -> str:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    spec = pod.get("spec") or {}
+    app_id = annotations.get(APP_ID_ANNOTATION) or spec.get("serviceAccountName") or "default"
+    if not _APP_ID.match(app_id):
+        raise InjectionRefused(
+            f"annotation {APP_ID_ANNOTATION}={app_id!r} is not a valid app id: use letters, "
+            "digits, '-', '_' and '.', starting and ending with a letter or digit, "
+            "at most 253 characters"
+        )
+    return str(app_id)
+
+
+def sidecar_container(app_id: str, settings: OperatorSettings) -> dict[str, Any]:
+    return {
+        "name": SIDECAR_NAME,
+        "image": settings.sidecar_image,
+        "imagePullPolicy": settings.sidecar_image_pull_policy,
+        "restartPolicy": "Always",
+        "args": [
+            "sidecar",
+            "--config",
+            f"{CONFIG_DIR}/{CONFIG_KEY}",
+            "--allow-missing-config",
+            "--log-level",
+            settings.sidecar_log_level,
+        ],
+        "env": [{"name": "MCPCACHE_APP_ID", "value": app_id}],
+        "ports": [{"name": "mcpcache-metrics", "containerPort": SIDECAR_METRICS_PORT}],
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": SIDECAR_METRICS_PORT},
+            "periodSeconds": 5,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": SIDECAR_METRICS_PORT},
+            "periodSeconds": 10,
+        },
+        "resources": copy.deepcopy(settings.sidecar_resources),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": SIDECAR_UID,
+            "runAsGroup": SIDECAR_UID,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [{"name": VOLUME_NAME, "mountPath": CONFIG_DIR, "readOnly": True}],
+    }
+
+
+def _used_ports(spec: Mapping[str, Any]) -> dict[int, str]:
+    used: dict[int, str] = {}
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        for port in container.get("ports") or []:
+            used[int(port.get("containerPort", 0))] = container.get("name", "?")
+    return used
+
+
+def plan_injection(pod: Mapping[str, Any], settings: OperatorSettings) -> dict[str, Any] | None:
+    """The pod spec's new `initContainers`, `containers` and `volumes`, or None when the
+    sidecar is already there (re-admission never injects twice)."""
+    spec = pod.get("spec") or {}
+    init_containers = list(spec.get("initContainers") or [])
+    if any(c.get("name") == SIDECAR_NAME for c in init_containers):
+        return None
+    if any(c.get("name") == SIDECAR_NAME for c in spec.get("containers") or []):
+        raise InjectionRefused(f"a container is already named {SIDECAR_NAME!r}")
+    volumes = list(spec.get("volumes") or [])
+    if any(v.get("name") == VOLUME_NAME for v in volumes):
+        raise InjectionRefused(f"a volume is already named {VOLUME_NAME!r}")
+    used = _used_ports(spec)
+    for port in (SIDECAR_LISTEN_PORT, SIDECAR_METRICS_PORT):
+        if port in used:
+            raise InjectionRefused(
+                f"container {used[port]!r} uses port {port}, which the mcpcache sidecar needs"
+            )
+    app_id = app_id_of(pod)
+    base_url = f"http://localhost:{SIDECAR_LISTEN_PORT}/mcp"
+    containers = []
+    for container in spec.get("containers") or []:
+        container = copy.deepcopy(container)
+        env = list(container.get("env") or [])
+        if not any(e.get("name") == URL_ENV for e in env):
+            env.append({"name": URL_ENV, "value": base_url})
+        container["env"] = env
+        containers.append(container)
+    return {
+        "initContainers": [*init_containers, sidecar_container(app_id, settings)],
+        "containers": containers,
+        "volumes": [
+            *volumes,
+            {
+                "name": VOLUME_NAME,
+                "configMap": {"name": CONFIGMAP_NAME, "optional": True},
+            },
+        ],
+    }

@@ -1,0 +1,59 @@
+"""The operator's own settings, from the environment (the Helm chart sets them)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SIDECAR_LISTEN_PORT = 3500
+SIDECAR_METRICS_PORT = 9090
+
+
+def _default_resources() -> dict[str, Any]:
+    return {
+        "requests": {"cpu": "50m", "memory": "96Mi"},
+        "limits": {"memory": "192Mi"},
+    }
+
+
+class OperatorSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    sidecar_image: str = "ghcr.io/mcpcache/mcpcache:0.1.0"
+    sidecar_image_pull_policy: str = "IfNotPresent"
+    sidecar_resources: dict[str, Any] = Field(default_factory=_default_resources)
+    sidecar_log_level: str = "INFO"
+    namespaces: tuple[str, ...] = ()
+    """Namespaces to watch; empty means the whole cluster."""
+    metrics_port: int = 8080
+    health_port: int = 8081
+    webhook_port: int = 9443
+    webhook_cert: str | None = None
+    webhook_key: str | None = None
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        simple = {
+            "MCPCACHE_SIDECAR_IMAGE": "sidecar_image",
+            "MCPCACHE_SIDECAR_IMAGE_PULL_POLICY": "sidecar_image_pull_policy",
+            "MCPCACHE_SIDECAR_LOG_LEVEL": "sidecar_log_level",
+            "MCPCACHE_METRICS_PORT": "metrics_port",
+            "MCPCACHE_HEALTH_PORT": "health_port",
+            "MCPCACHE_WEBHOOK_PORT": "webhook_port",
+            "MCPCACHE_WEBHOOK_CERT": "webhook_cert",
+            "MCPCACHE_WEBHOOK_KEY": "webhook_key",
+        }
+        for variable, field in simple.items():
+            if variable in env and env[variable] != "":
+                values[field] = env[variable]
+        if resources := env.get("MCPCACHE_SIDECAR_RESOURCES"):
+            values["sidecar_resources"] = json.loads(resources)
+        if namespaces := env.get("MCPCACHE_NAMESPACES"):
+            values["namespaces"] = tuple(n.strip() for n in namespaces.split(",") if n.strip())
+        return cls.model_validate(values)

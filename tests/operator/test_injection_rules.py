@@ -1,0 +1,83 @@
+"""The pod mutation, as a pure function of the pod and the operator's settings."""
+
+from __future__ import annotations
+
+import pytest
+from mcpcache.operator.injection import (
+    InjectionRefused,
+    app_id_of,
+    plan_injection,
+    wants_sidecar,
+)
+from mcpcache.operator.settings import OperatorSettings
+
+SETTINGS = OperatorSettings(sidecar_image="example/mcpcache:test")
+
+
+def pod(annotations: dict[str, str] | None = None, **spec: object) -> dict:
+    return {
+        "metadata": {"name": "p", "annotations": annotations or {}},
+        "spec": {"containers": [{"name": "agent", "image": "agent:1"}], **spec},
+    }
+
+
+def test_only_pods_annotated_true_want_the_sidecar() -> None:
+    assert wants_sidecar(pod({"mcpcache.io/inject": "true"}))
+    assert not wants_sidecar(pod({"mcpcache.io/inject": "yes"}))
+    assert not wants_sidecar(pod())
+
+
+def test_app_id_comes_from_the_annotation_then_the_service_account() -> None:
+    assert app_id_of(pod({"mcpcache.io/app-id": "checkout"}, serviceAccountName="sa")) == "checkout"
+    assert app_id_of(pod(serviceAccountName="sa")) == "sa"
+    assert app_id_of(pod()) == "default"
+    with pytest.raises(InjectionRefused, match="not a valid app id"):
+        app_id_of(pod({"mcpcache.io/app-id": "has spaces"}))
+
+
+def test_the_sidecar_is_a_native_sidecar_with_a_hardened_container() -> None:
+    plan = plan_injection(pod({"mcpcache.io/app-id": "checkout"}), SETTINGS)
+    assert plan is not None
+    (sidecar,) = plan["initContainers"]
+    assert sidecar["restartPolicy"] == "Always"
+    assert sidecar["image"] == "example/mcpcache:test"
+    assert {"name": "MCPCACHE_APP_ID", "value": "checkout"} in sidecar["env"]
+    security = sidecar["securityContext"]
+    assert security["runAsNonRoot"] is True
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert sidecar["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert plan["volumes"] == [
+        {"name": "mcpcache-config", "configMap": {"name": "mcpcache-servers", "optional": True}}
+    ]
+    assert plan["containers"][0]["env"] == [
+        {"name": "MCPCACHE_URL", "value": "http://localhost:3500/mcp"}
+    ]
+
+
+def test_an_injected_pod_is_left_alone() -> None:
+    plan = plan_injection(pod(), SETTINGS)
+    assert plan is not None
+    again = pod(initContainers=plan["initContainers"], volumes=plan["volumes"])
+    assert plan_injection(again, SETTINGS) is None
+
+
+def test_an_explicit_url_variable_is_kept() -> None:
+    spec_pod = pod()
+    spec_pod["spec"]["containers"][0]["env"] = [{"name": "MCPCACHE_URL", "value": "http://x"}]
+    plan = plan_injection(spec_pod, SETTINGS)
+    assert plan is not None
+    assert plan["containers"][0]["env"] == [{"name": "MCPCACHE_URL", "value": "http://x"}]
+
+
+@pytest.mark.parametrize(
+    ("spec", "complaint"),
+    [
+        ({"containers": [{"name": "a", "ports": [{"containerPort": 3500}]}]}, "uses port 3500"),
+        ({"containers": [{"name": "mcpcache"}]}, "already named 'mcpcache'"),
+        ({"volumes": [{"name": "mcpcache-config", "emptyDir": {}}]}, "volume is already named"),
+    ],
+)
+def test_pods_that_cannot_take_the_sidecar_are_refused(spec: dict, complaint: str) -> None:
+    with pytest.raises(InjectionRefused, match=complaint):
+        plan_injection(pod(**spec), SETTINGS)

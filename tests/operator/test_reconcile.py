@@ -1,0 +1,166 @@
+"""Reconciliation: MCPServers in, one ConfigMap per namespace and statuses out."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from mcpcache.sidecar.config import parse_config
+from peers.serving import wait_until
+
+GROUP, VERSION, PLURAL = "mcpcache.io", "v1alpha1", "mcpservers"
+
+
+@pytest.fixture
+def namespace(control_plane, operator) -> str:
+    name = f"rec-{uuid.uuid4().hex[:8]}"
+    client.CoreV1Api(control_plane.api_client()).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
+    )
+    return name
+
+
+@pytest.fixture
+def objects(control_plane) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(control_plane.api_client())
+
+
+@pytest.fixture
+def core(control_plane) -> client.CoreV1Api:
+    return client.CoreV1Api(control_plane.api_client())
+
+
+def mcpserver(name: str, url: str = "http://docs.tools.svc:8000/mcp", **cache: object) -> dict:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "MCPServer",
+        "metadata": {"name": name},
+        "spec": {"endpoint": {"streamableHTTP": {"url": url}}, "cache": cache},
+    }
+
+
+def sidecar_config(core: client.CoreV1Api, namespace: str):
+    try:
+        configmap = core.read_namespaced_config_map("mcpcache-servers", namespace)
+    except ApiException:
+        return None
+    return parse_config(configmap.data["config.yaml"], environ={})
+
+
+def servers(core, namespace) -> dict | None:
+    config = sidecar_config(core, namespace)
+    return None if config is None else {s.name: s for s in config.servers}
+
+
+def test_create_update_and_delete_are_reflected_in_the_configmap(namespace, objects, core) -> None:
+    objects.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, mcpserver("docs", enabled=True, ttl="60s")
+    )
+    objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, mcpserver("tickets"))
+    found = wait_until(
+        lambda: (s := servers(core, namespace)) and len(s) == 2 and s, 30, "both servers"
+    )
+    assert found["docs"].cache.enabled is True
+    assert found["docs"].cache.ttl == 60
+    assert found["tickets"].cache.enabled is False
+
+    objects.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "docs", {"spec": {"cache": {"ttl": "5m"}}}
+    )
+    wait_until(lambda: servers(core, namespace)["docs"].cache.ttl == 300, 30, "the new ttl")
+
+    objects.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "tickets")
+    wait_until(lambda: set(servers(core, namespace)) == {"docs"}, 30, "tickets to go")
+    objects.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "docs")
+    wait_until(lambda: servers(core, namespace) == {}, 30, "an empty server list")
+
+
+def test_a_hand_edit_of_the_configmap_is_put_back(namespace, objects, core) -> None:
+    objects.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, mcpserver("docs", enabled=True)
+    )
+    wait_until(lambda: servers(core, namespace), 30, "the configmap")
+    core.patch_namespaced_config_map(
+        "mcpcache-servers", namespace, {"data": {"config.yaml": "servers: []\n"}}
+    )
+    wait_until(lambda: set(servers(core, namespace) or {}) == {"docs"}, 30, "the repair")
+    core.delete_namespaced_config_map("mcpcache-servers", namespace)
+    wait_until(lambda: set(servers(core, namespace) or {}) == {"docs"}, 30, "the re-creation")
+
+
+def test_status_reports_readiness_generation_and_effective_values(namespace, objects) -> None:
+    objects.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        mcpserver("docs", enabled=True, ttl="90s", maxSize="256Ki"),
+    )
+
+    def status() -> dict:
+        return (
+            objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "docs").get(
+                "status"
+            )
+            or {}
+        )
+
+    current = wait_until(lambda: (s := status()).get("observedGeneration") and s, 30, "a status")
+    ready = next(c for c in current["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Configured")
+    assert current["effectiveTTL"] == "1m30s"
+    assert current["effectiveMaxSize"] == "256Ki"
+    generation = objects.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "docs", {"spec": {"cache": {"ttl": "2m"}}}
+    )["metadata"]["generation"]
+    wait_until(lambda: status().get("observedGeneration") == generation, 30, "the new generation")
+    assert status()["effectiveTTL"] == "2m"
+
+
+def test_max_size_above_one_mebibyte_is_clamped_with_a_warning(namespace, objects, core) -> None:
+    objects.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, mcpserver("big", enabled=True, maxSize="8Mi")
+    )
+    found = wait_until(lambda: servers(core, namespace), 30, "the configmap")
+    assert found["big"].cache.max_size == 1 << 20
+
+    def clamp_condition() -> dict | None:
+        status = (
+            objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "big").get(
+                "status"
+            )
+            or {}
+        )
+        return next(
+            (c for c in status.get("conditions", []) if c["type"] == "MaxSizeClamped"), None
+        )
+
+    condition = wait_until(clamp_condition, 30, "the clamp condition")
+    assert condition["status"] == "True"
+    assert "8Mi" in condition["message"]
+
+    def warnings() -> list:
+        events = core.list_namespaced_event(namespace).items
+        return [
+            e for e in events if e.reason == "MaxSizeClamped" and e.involved_object.name == "big"
+        ]
+
+    (event,) = wait_until(warnings, 30, "the warning event")
+    assert event.type == "Warning"
+    assert "1Mi" in event.message
+
+
+def test_namespaces_are_separate(control_plane, operator, objects, core) -> None:
+    first, second = (f"ten-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    for name in (first, second):
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    objects.create_namespaced_custom_object(GROUP, VERSION, first, PLURAL, mcpserver("only-here"))
+    wait_until(lambda: servers(core, first), 30, "the first namespace's configmap")
+    assert servers(core, second) is None
+
+
+def test_operator_metrics_and_health(operator) -> None:
+    text = operator.metrics()
+    assert 'mcpcache_operator_reconciles_total{result="ok"}' in text

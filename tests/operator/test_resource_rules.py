@@ -1,0 +1,51 @@
+"""From MCPServer spec to sidecar configuration and status, without an API server."""
+
+from __future__ import annotations
+
+from mcpcache.operator.configmap import render_config
+from mcpcache.operator.resource import effective_server
+from mcpcache.operator.status import desired_status, same_status
+from mcpcache.sidecar.config import parse_config
+
+SPEC = {
+    "endpoint": {"streamableHTTP": {"url": "http://docs.tools.svc:8000/mcp"}},
+    "cache": {"enabled": True, "ttl": "60s", "maxSize": "256Ki"},
+}
+
+
+def test_the_configmap_holds_the_sidecars_own_format() -> None:
+    effective = effective_server("docs", SPEC)
+    assert effective.server is not None
+    config = parse_config(render_config([effective.server]), environ={})
+    server = config.server("docs")
+    assert server is not None
+    assert (server.cache.enabled, server.cache.ttl, server.cache.max_size) == (True, 60, 256 << 10)
+
+
+def test_max_size_above_the_ceiling_is_clamped_and_reported() -> None:
+    spec = {**SPEC, "cache": {**SPEC["cache"], "maxSize": "8Mi"}}
+    effective = effective_server("docs", spec)
+    assert effective.server is not None
+    assert effective.server.cache.max_size == 1 << 20
+    assert effective.clamped_from == "8Mi"
+    status = desired_status(effective, 3, None)
+    clamp = next(c for c in status["conditions"] if c["type"] == "MaxSizeClamped")
+    assert clamp["status"] == "True"
+    assert "8Mi" in clamp["message"]
+    assert status["effectiveMaxSize"] == "1Mi"
+    assert status["observedGeneration"] == 3
+
+
+def test_an_empty_list_is_still_a_valid_config() -> None:
+    assert parse_config(render_config([]), environ={}).servers == ()
+
+
+def test_status_comparison_ignores_transition_times_only() -> None:
+    effective = effective_server("docs", SPEC)
+    first = desired_status(effective, 1, None)
+    again = desired_status(effective, 1, first)
+    assert same_status(first, again)
+    assert (
+        again["conditions"][0]["lastTransitionTime"] == first["conditions"][0]["lastTransitionTime"]
+    )
+    assert not same_status(first, desired_status(effective, 2, first))

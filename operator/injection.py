@@ -65,7 +65,7 @@ def sidecar_container(app_id: str, settings: OperatorSettings) -> dict[str, Any]
             settings.sidecar_log_level,
         ],
         "env": [{"name": "MCPCACHE_APP_ID", "value": app_id}],
-        "ports": [{"name": "mcpcache-metrics", "containerPort": SIDECAR_METRICS_PORT}],
+        "ports": [{"name": "mcpcache-prom", "containerPort": SIDECAR_METRICS_PORT}],
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": SIDECAR_METRICS_PORT},
             "periodSeconds": 5,

@@ -39,7 +39,7 @@ class NamespaceReconciler:
         api: client.ApiClient,
         metrics: OperatorMetrics,
         retry_delay: float = 1.0,
-        max_retry_delay: float = 30.0,
+        max_retry_delay: float = 10.0,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)

@@ -216,18 +216,30 @@ class ControlPlane:
             "--profiling=false",
             f"--cert-dir={self.dir / 'certs'}",
         ]
-        log = self.log_path.open("wb")
+        self._args = args
+        self._write_kubeconfig()
+        self._launch(timeout)
+        return self
+
+    def _launch(self, timeout: float) -> None:
+        log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            self._args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         log.close()
-        self._write_kubeconfig()
         try:
             self._wait_ready(timeout)
         except BaseException:
             self.stop()
             raise
-        return self
+
+    def restart(self, timeout: float = 120.0) -> None:
+        """Kill the process and start it again on the same ports and etcd data, as a
+        crashed and restarted API server looks to its clients."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+        self._launch(timeout)
 
     def _ssl_context(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=str(self.ca_file))
@@ -337,11 +349,14 @@ class ControlPlane:
         )
 
     def stop(self) -> None:
+        self._terminate()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _terminate(self) -> None:
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
-                self.process.wait(30)
+                self.process.wait(10)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(10)
-        shutil.rmtree(self.dir, ignore_errors=True)

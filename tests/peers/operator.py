@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -18,8 +20,6 @@ SIDECAR_IMAGE = "example.test/mcpcache:under-test"
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -59,7 +59,11 @@ class OperatorProcess:
             start_new_session=True,
         )
         log.close()
-        wait_until(self._healthy, 60, "the operator's health endpoint")
+        try:
+            wait_until(self._healthy, 60, "the operator's health endpoint")
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _healthy(self) -> bool:
@@ -72,7 +76,11 @@ class OperatorProcess:
             return False
 
     def log_tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
 
     def metrics(self) -> str:
         return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics").text
@@ -85,8 +93,6 @@ class OperatorProcess:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(10)
-        import shutil
-
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

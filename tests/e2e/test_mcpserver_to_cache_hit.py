@@ -1,0 +1,134 @@
+"""End to end: an MCPServer applied with kubectl becomes a cache hit an agent can see.
+
+MCPServer YAML -> the operator writes the namespace's ConfigMap -> the ConfigMap's
+content lands in a sidecar process's config file (as the kubelet projects it) -> the
+sidecar reloads -> an SDK client's second identical call is a hit -> /metrics shows it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from peers.clients import mcp_client
+from peers.serving import async_wait_until, wait_until
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def hits(metrics_url: str, server: str) -> float:
+    text = httpx.get(f"{metrics_url}/metrics").text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "mcpcache_requests_total" and sample.labels == {
+                "server": server,
+                "method": "tools/call",
+                "outcome": "hit",
+            }:
+                return sample.value
+    return 0.0
+
+
+@pytest.fixture
+def sidecar_process(tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
+    """A real `mcpcache sidecar` process whose config file does not exist yet, as in a
+    pod that starts before its namespace's ConfigMap is written."""
+    config_file = tmp_path / "mounted" / "config.yaml"
+    config_file.parent.mkdir()
+    listen_port, metrics_port = free_port(), free_port()
+    env = os.environ | {
+        "MCPCACHE_APP_ID": "e2e-agent",
+        "MCPCACHE_LISTEN_PORT": str(listen_port),
+        "MCPCACHE_METRICS_PORT": str(metrics_port),
+    }
+    command = [sys.executable, "-m", "mcpcache.sidecar.cli", "sidecar"]
+    command += ["--config", str(config_file), "--allow-missing-config"]
+    process = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+    try:
+        yield (
+            config_file,
+            f"http://127.0.0.1:{listen_port}/mcp/docs",
+            f"http://127.0.0.1:{metrics_port}",
+        )
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+async def test_an_applied_mcpserver_is_cached_by_a_sidecar(
+    control_plane, operator, upstream, sidecar_process, tmp_path: Path
+) -> None:
+    peer, app = upstream
+    namespace = f"e2e-{uuid.uuid4().hex[:8]}"
+    control_plane.run_kubectl("create", "namespace", namespace)
+    manifest = tmp_path / "mcpserver.yaml"
+    manifest.write_text(
+        f"""
+apiVersion: mcpcache.io/v1alpha1
+kind: MCPServer
+metadata: {{name: docs, namespace: {namespace}}}
+spec:
+  endpoint:
+    streamableHTTP:
+      url: {app.base_url}/mcp
+  cache:
+    enabled: true
+    ttl: 60s
+"""
+    )
+    control_plane.run_kubectl("apply", "-f", str(manifest))
+
+    core = client.CoreV1Api(control_plane.api_client())
+
+    def configmap_content() -> str | None:
+        try:
+            data = core.read_namespaced_config_map("mcpcache-servers", namespace).data
+        except ApiException:
+            return None
+        text = data.get("config.yaml", "")
+        return text if "name: docs" in text else None
+
+    content = wait_until(configmap_content, 30, "the operator to write the ConfigMap")
+
+    config_file, proxy_url, metrics_url = sidecar_process
+    await async_wait_until(lambda: _ok(f"{metrics_url}/readyz"), 30, "the sidecar to be ready")
+    assert _status(proxy_url) == 404, "no servers before the ConfigMap is projected"
+
+    staged = config_file.with_suffix(".tmp")
+    staged.write_text(content)
+    staged.replace(config_file)
+    await async_wait_until(lambda: _status(proxy_url) != 404, 30, "the sidecar to reload")
+
+    text = uuid.uuid4().hex
+    async with mcp_client(proxy_url) as agent:
+        calls = peer.calls["echo"]
+        first = await agent.call_tool("echo", {"text": text})
+        second = await agent.call_tool("echo", {"text": text})
+    assert second.content == first.content
+    assert peer.calls["echo"] == calls + 1
+    await async_wait_until(lambda: hits(metrics_url, "docs") == 1, what="the hit in /metrics")
+
+
+def _ok(url: str) -> bool:
+    try:
+        return httpx.get(url).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _status(url: str) -> int:
+    return httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}).status_code

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 
 import kopf
 from kubernetes import client, config
-from mcpcache.sidecar.logs import configure_logging
 from prometheus_client import start_http_server
+
+from mcpcache.sidecar.logs import configure_logging
 
 from .handlers import build_registry
 from .metrics import OperatorMetrics

@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from mcpcache.sidecar.config import MAX_SIZE_CEILING, Server, ServerCache
 from mcpcache.sidecar.units import format_quantity
-from pydantic import ValidationError
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+
 from peers.controlplane import BIN_ENV, Authority, ControlPlane
 from peers.operator import OperatorProcess, install_operator_rbac
 from peers.paths import CHART, CRD

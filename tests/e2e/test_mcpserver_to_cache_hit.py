@@ -19,9 +19,10 @@ import httpx
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from prometheus_client.parser import text_string_to_metric_families
+
 from peers.clients import mcp_client
 from peers.serving import async_wait_until, wait_until
-from prometheus_client.parser import text_string_to_metric_families
 
 
 def free_port() -> int:

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
 from peers.paths import CHART, CRD, ROOT
 
 GROUP, VERSION, PLURAL = "mcpcache.io", "v1alpha1", "mcpservers"

@@ -7,6 +7,7 @@ import uuid
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
 from peers.operator import SIDECAR_IMAGE
 
 TEST_LABEL = "mcpcache-test"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from mcpcache.operator.injection import (
     InjectionRefused,
     app_id_of,

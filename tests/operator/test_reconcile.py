@@ -7,6 +7,7 @@ import uuid
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
 from mcpcache.sidecar.config import parse_config
 from peers.serving import wait_until
 

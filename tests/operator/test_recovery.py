@@ -6,6 +6,7 @@ import uuid
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
 from mcpcache.sidecar.config import parse_config
 from peers.serving import wait_until
 

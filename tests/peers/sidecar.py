@@ -7,9 +7,10 @@ from typing import Any
 
 import httpx
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
 from mcpcache.sidecar.app import Sidecar
 from mcpcache.sidecar.reload import ConfigSource
-from prometheus_client.parser import text_string_to_metric_families
 
 from .serving import ThreadLoop, loopback_socket, wait_until
 

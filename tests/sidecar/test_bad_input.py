@@ -6,6 +6,7 @@ import json
 
 import httpx
 import pytest
+
 from peers.clients import call_body, call_headers
 
 JSON_HEADERS = call_headers("echo")

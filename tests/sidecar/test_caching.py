@@ -8,6 +8,7 @@ import uuid
 
 import httpx
 import pytest
+
 from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client
 
 

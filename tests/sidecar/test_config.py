@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from mcpcache.sidecar.config import (
     MAX_SIZE_CEILING,
     ConfigError,

@@ -8,6 +8,7 @@ import httpx
 import pytest
 from mcp.client.session import ClientRequestContext
 from mcp_types import ElicitRequestParams, ElicitResult
+
 from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client
 
 

@@ -7,6 +7,7 @@ import uuid
 
 import httpx
 import pytest
+
 from peers.clients import call_body, call_headers
 from peers.serving import async_wait_until
 

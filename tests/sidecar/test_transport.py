@@ -11,6 +11,7 @@ import uuid
 import httpx
 import pytest
 from mcp.server.transport_security import TransportSecuritySettings
+
 from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client
 from peers.serving import async_wait_until, served
 from peers.upstream import Upstream

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from mcpcache.sidecar.units import (
     format_duration,
     format_quantity,

@@ -1,0 +1,26 @@
+# One image for both roles: `mcpcache operator` and `mcpcache sidecar`.
+
+FROM python:3.11.14-slim-bookworm AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY sidecar/ sidecar/
+COPY operator/ operator/
+# Wheels only: nothing is compiled, so no compiler is needed in either stage.
+RUN python -m venv /opt/mcpcache \
+    && /opt/mcpcache/bin/pip install --only-binary=:all: --no-binary=mcpcache ".[operator]" \
+    && find /opt/mcpcache -name '__pycache__' -type d -prune -exec rm -rf {} +
+
+FROM python:3.11.14-slim-bookworm
+ENV PATH=/opt/mcpcache/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+COPY --from=build /opt/mcpcache /opt/mcpcache
+# The distroless "nonroot" ids, which the chart and the injected sidecar also use.
+USER 65532:65532
+# 3500: the agent's MCP traffic (loopback); 9090: sidecar metrics and probes;
+# 8080, 8081, 9443: operator metrics, health and webhook.
+EXPOSE 3500 9090 8080 8081 9443
+ENTRYPOINT ["mcpcache"]
+CMD ["sidecar", "--config", "/etc/mcpcache/config.yaml", "--allow-missing-config"]

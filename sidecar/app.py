@@ -8,22 +8,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import socket
 from collections.abc import Callable
+from typing import Literal
 
 import httpx
 import uvicorn
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .config import SidecarConfig
 from .errors import UNKNOWN_SERVER, ProxyError
+from .messages import INVALID_REQUEST
 from .metrics import Metrics
 from .origin import OriginPolicy
-from .proxy import Proxy
+from .proxy import Incoming, Proxy
 from .reload import ConfigSource
 from .store import ResponseCache
 
@@ -56,27 +59,15 @@ class Sidecar:
         )
         self.ready = False
         self._servers: list[uvicorn.Server] = []
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def request_shutdown(self) -> None:
         """Ask both listeners to finish (safe to call from another thread)."""
         for server in self._servers:
             server.should_exit = True
 
-    def proxy_app(self) -> FastAPI:
-        app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-        proxy = self.proxy
-
-        @app.api_route("/mcp/{server}", methods=["POST", "GET", "DELETE"])
-        async def mcp(request: Request, server: str) -> Response:
-            return await proxy.handle(request, server)
-
-        @app.exception_handler(404)
-        async def not_found(request: Request, exc: Exception) -> Response:
-            return ProxyError(
-                404, UNKNOWN_SERVER, f"no MCP endpoint at {request.url.path}; use /mcp/<server>"
-            ).to_response()
-
-        return app
+    def proxy_app(self) -> ProxyApp:
+        return ProxyApp(self.proxy)
 
     def metrics_app(self) -> FastAPI:
         app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
@@ -105,6 +96,7 @@ class Sidecar:
         metrics_socket: socket.socket | None = None,
     ) -> None:
         """Run both listeners (and the config follower) until either listener stops."""
+        self.loop = asyncio.get_running_loop()
         current = self.config()
         servers = self._servers = [
             _server(self.proxy_app(), current.listen.host, current.listen.port),
@@ -145,18 +137,78 @@ class Sidecar:
         while not all(srv.started for srv in servers):  # noqa: ASYNC110
             await asyncio.sleep(0.02)
         self.ready = True
+        # Everything allocated so far (framework, models, clients) lives as long as the
+        # process: keep it out of the collector's generations, so that collections on
+        # the request path only walk the request's own garbage.
+        gc.collect()
+        gc.freeze()
         logger.info("sidecar ready", extra={"servers": [s.name for s in self.config().servers]})
 
 
-def _server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
-    config = uvicorn.Config(
+class ProxyApp:
+    """The proxy listener: a plain ASGI app with one route, `/mcp/<server>`.
+
+    No framework routing or middleware on this path: a cache hit is a handful of
+    microseconds of work, and per-request framework layers would cost more than that.
+    """
+
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        name = path[5:] if path.startswith("/mcp/") else ""
+        if not name or "/" in name:
+            response: ASGIApp = ProxyError(
+                404, UNKNOWN_SERVER, f"no MCP endpoint at {path}; use /mcp/<server>"
+            ).to_response()
+        elif scope["method"] not in ("POST", "GET", "DELETE"):
+            response = ProxyError(
+                405,
+                INVALID_REQUEST,
+                f"method {scope['method']} is not allowed; use POST, GET or DELETE",
+                headers={"allow": "POST, GET, DELETE"},
+            ).to_response()
+        else:
+            response = await self.proxy.handle(Incoming(scope, receive), name)
+        await response(scope, receive, send)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def uvicorn_config(
+    app: ASGIApp, host: str, port: int, lifespan: Literal["auto", "on", "off"] = "off"
+) -> uvicorn.Config:
+    """The server settings of both listeners (benchmarks serve their baselines with these).
+
+    No access log (hits must not log), no proxy-header rewriting (the listener faces
+    loopback callers, not a proxy), no Server/Date headers.
+    """
+    return uvicorn.Config(
         app,
         host=host,
         port=port,
         log_config=None,
         access_log=False,
-        lifespan="off",
+        proxy_headers=False,
+        lifespan=lifespan,
         server_header=False,
         date_header=False,
     )
-    return uvicorn.Server(config)
+
+
+def _server(app: ASGIApp, host: str, port: int) -> uvicorn.Server:
+    return uvicorn.Server(uvicorn_config(app, host, port))

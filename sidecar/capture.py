@@ -33,6 +33,8 @@ class ResponseCapture:
         self.max_size = max_size
         self.size = 0
         self.final_seen = False
+        self.resumable = False
+        """The stream carried SSE event ids, so a client may resume it after a close."""
         self.verdict: Verdict | None = None
         self._server_request = False
         self._body: list[bytes] = []
@@ -84,7 +86,11 @@ class ResponseCapture:
 
     def _feed_line(self, line: str) -> None:
         event = self._events.decode(line)
-        if event is None or not event.data:
+        if event is None:
+            return
+        if event.id:
+            self.resumable = True
+        if not event.data:
             return
         try:
             message = orjson.loads(event.data)

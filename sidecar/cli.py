@@ -18,9 +18,11 @@ logger = logging.getLogger("mcpcache")
 def _sidecar(args: argparse.Namespace) -> int:
     from .app import Sidecar
     from .logs import configure_logging
+    from .memory import map_large_blocks
     from .reload import ConfigSource
 
     configure_logging(args.log_level)
+    map_large_blocks()
     try:
         source = ConfigSource(Path(args.config), allow_missing=args.allow_missing_config)
     except (OSError, ConfigError) as exc:

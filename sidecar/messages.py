@@ -66,29 +66,22 @@ class MalformedMessage(ValueError):
         self.code = code
 
 
-@dataclass(frozen=True, slots=True)
 class Message:
-    """A decoded client-to-server JSON-RPC message (request, notification or response)."""
+    """A decoded client-to-server JSON-RPC message (request, notification or response).
 
-    body: dict[str, Any]
+    The fields the proxy consults are read out once, when the message is parsed.
+    """
 
-    @property
-    def method(self) -> str | None:
-        method = self.body.get("method")
-        return method if isinstance(method, str) else None
+    __slots__ = ("body", "id", "is_request", "method", "params")
 
-    @property
-    def id(self) -> Any:
-        return self.body.get("id")
-
-    @property
-    def is_request(self) -> bool:
-        return self.method is not None and "id" in self.body
-
-    @property
-    def params(self) -> dict[str, Any]:
-        params = self.body.get("params")
-        return params if isinstance(params, dict) else {}
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+        method = body.get("method")
+        self.method: str | None = method if isinstance(method, str) else None
+        self.id: Any = body.get("id")
+        self.is_request = self.method is not None and "id" in body
+        params = body.get("params")
+        self.params: dict[str, Any] = params if isinstance(params, dict) else {}
 
 
 PARSE_ERROR: Final = -32700
@@ -211,11 +204,21 @@ def is_server_request(message: Mapping[str, Any]) -> bool:
     return isinstance(message.get("method"), str) and "id" in message
 
 
-def frame_response(request_id: Any, result: bytes) -> bytes:
-    """The JSON-RPC response bytes for a stored result under the caller's own id."""
-    return b'{"jsonrpc":"2.0","id":' + orjson.dumps(request_id) + b',"result":' + result + b"}"
+_RESPONSE_HEAD = b'{"jsonrpc":"2.0","id":'
+_RESULT = b',"result":'
+_EVENT_HEAD = b"event: message\ndata: "
+
+
+def frame_response(request_id: Any, result: bytes, event: bool = False) -> bytes:
+    """The JSON-RPC response bytes for a stored result under the caller's own id, as
+    plain JSON or as one SSE `message` event (JSON never contains a raw newline)."""
+    parts = [_RESPONSE_HEAD, orjson.dumps(request_id), _RESULT, result, b"}"]
+    if event:
+        parts.insert(0, _EVENT_HEAD)
+        parts.append(b"\n\n")
+    return b"".join(parts)
 
 
 def frame_event(data: bytes) -> bytes:
-    """One SSE `message` event carrying `data` (JSON never contains a raw newline)."""
-    return b"event: message\ndata: " + data + b"\n\n"
+    """One SSE `message` event carrying `data`."""
+    return b"".join((_EVENT_HEAD, data, b"\n\n"))

@@ -6,6 +6,8 @@ reason: never a caller, a token, an argument or a body.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .store import EvictionReason, ResponseCache
@@ -77,6 +79,15 @@ class Metrics:
         )
         for reason in ("expired", "capacity"):
             self.evictions.labels(reason)
+        self._request_children: dict[tuple[str, str, str], Any] = {}
+
+    def count(self, server: str, method: str, outcome: str) -> None:
+        """Count one request; the labelled child is looked up once per combination."""
+        key = (server, method, outcome)
+        child = self._request_children.get(key)
+        if child is None:
+            child = self._request_children[key] = self.requests.labels(*key)
+        child.inc()
 
     def record_eviction(self, reason: EvictionReason) -> None:
         self.evictions.labels(reason).inc()

@@ -8,6 +8,7 @@ name. Requests must name a loopback host (or one the config allows), and a brows
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
@@ -27,10 +28,12 @@ class OriginPolicy:
 
     def refusal(self, headers: Mapping[str, str]) -> str | None:
         """Why this request is refused, or None when it may proceed."""
-        host = headers.get("host")
+        return self._refusal(headers.get("host"), headers.get("origin"))
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - one policy per process, few distinct values
+    def _refusal(self, host: str | None, origin: str | None) -> str | None:
         if host is not None and _hostname(host.lower()) not in self.allowed:
             return f"Host {host!r} is not allowed: the sidecar serves loopback callers"
-        origin = headers.get("origin")
         if origin is not None and origin != "null":
             name = urlsplit(origin.lower()).hostname
             if name is None or name not in self.allowed:

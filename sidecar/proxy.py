@@ -6,6 +6,7 @@ modules (`messages`, `key`, `capture`, `store`); this module does the I/O around
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -13,8 +14,9 @@ from typing import Any, Final
 
 import anyio
 import httpx
-from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Message as ASGIMessage
 
 from .capture import ResponseCapture
 from .config import Server, SidecarConfig
@@ -98,14 +100,69 @@ def response_headers(headers: httpx.Headers) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _NOT_RETURNED}
 
 
+@functools.lru_cache(maxsize=256)
+def _parsed_url(url: str) -> httpx.URL:
+    """Parsing a URL is most of what building an httpx request costs; servers are few."""
+    return httpx.URL(url)
+
+
+class Incoming:
+    """One request as the proxy needs it: the ASGI scope's parts, decoded once."""
+
+    __slots__ = ("header_bytes", "headers", "method", "raw_headers", "receive")
+
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        self.method: str = scope["method"]
+        self.receive = receive
+        raw: list[tuple[str, str]] = []
+        headers: dict[str, str] = {}
+        size = 0
+        for key, data in scope["headers"]:
+            name, value = key.decode("latin-1"), data.decode("latin-1")
+            size += len(name) + len(value)
+            raw.append((name, value))
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        self.raw_headers = raw
+        self.headers = headers
+        self.header_bytes = size
+
+
 def _media_type(headers: Mapping[str, str]) -> str:
     return headers.get("content-type", "").split(";", 1)[0].strip().lower()
 
 
-def _accepts(accept: str, media_type: str) -> bool:
+@functools.lru_cache(maxsize=64)
+def _accepts_both(accept: str) -> bool:
+    """Whether `Accept` admits JSON and event streams (memoised: clients repeat it)."""
     kinds = {part.split(";", 1)[0].strip().lower() for part in accept.split(",")}
-    major = media_type.split("/", 1)[0]
-    return bool(kinds & {media_type, f"{major}/*", "*/*"})
+    return bool(kinds & {JSON, "application/*", "*/*"}) and bool(
+        kinds & {EVENT_STREAM, "text/*", "*/*"}
+    )
+
+
+class _HitResponse:
+    """A cached answer: fixed headers and one body, sent without a framework response."""
+
+    __slots__ = ("body", "headers")
+
+    _JSON = (b"content-type", b"application/json")
+    _EVENTS = (b"content-type", b"text/event-stream")
+    _STATUS = (b"cache-status", HIT_STATUS.encode())
+    _NO_CACHE = (b"cache-control", b"no-cache")
+
+    def __init__(self, body: bytes, event_stream: bool, age: int) -> None:
+        self.body = body
+        self.headers = [
+            self._EVENTS if event_stream else self._JSON,
+            (b"content-length", str(len(body)).encode()),
+            self._STATUS,
+            (b"age", str(max(0, age)).encode()),
+            self._NO_CACHE,
+        ]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.headers})
+        await send({"type": "http.response.body", "body": self.body})
 
 
 class Proxy:
@@ -126,18 +183,17 @@ class Proxy:
         self.client = client
         self.origin_policy = origin_policy
 
-    async def handle(self, request: Request, server_name: str) -> Response:
+    async def handle(self, incoming: Incoming, server_name: str) -> ASGIApp:
         try:
-            return await self._handle(request, server_name)
+            return await self._handle(incoming, server_name)
         except ProxyError as error:
             return error.to_response()
 
-    async def _handle(self, request: Request, server_name: str) -> Response:
-        if (problem := self.origin_policy.refusal(request.headers)) is not None:
+    async def _handle(self, incoming: Incoming, server_name: str) -> ASGIApp:
+        if (problem := self.origin_policy.refusal(incoming.headers)) is not None:
             raise ProxyError(403, FORBIDDEN, problem)
         config = self._config()
-        header_bytes = sum(len(k) + len(v) for k, v in request.scope["headers"])
-        if header_bytes > config.max_header_bytes:
+        if incoming.header_bytes > config.max_header_bytes:
             raise ProxyError(
                 431,
                 REQUEST_TOO_LARGE,
@@ -151,41 +207,42 @@ class Proxy:
                 f"unknown MCP server {server_name!r}",
                 data={"server": server_name},
             )
-        if request.method != "POST":
-            return await self._forward(request, server, None, b"", _cache_status("method"))
-        raw = await self._read_body(request, config.max_request_bytes)
-        message = self._parse(request, raw)
-        return await self._post(request, config, server, message, raw)
+        if incoming.method != "POST":
+            return await self._forward(incoming, server, None, b"", _cache_status("method"))
+        raw = await self._read_body(incoming, config.max_request_bytes)
+        message = self._parse(incoming, raw)
+        return await self._post(incoming, config, server, message, raw)
 
-    async def _read_body(self, request: Request, limit: int) -> bytes:
-        too_large = ProxyError(
-            413,
-            REQUEST_TOO_LARGE,
-            f"request body exceeds the limit of {limit} bytes",
-        )
-        declared = request.headers.get("content-length")
+    async def _read_body(self, incoming: Incoming, limit: int) -> bytes:
+        def too_large() -> ProxyError:
+            return ProxyError(
+                413, REQUEST_TOO_LARGE, f"request body exceeds the limit of {limit} bytes"
+            )
+
+        declared = incoming.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise too_large
+            raise too_large()
         chunks: list[bytes] = []
         size = 0
-        try:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise too_large
-                chunks.append(chunk)
-        except ClientDisconnect as exc:
-            raise ProxyError(400, INVALID_REQUEST, "client disconnected mid-request") from exc
-        return b"".join(chunks)
+        while True:
+            event: ASGIMessage = await incoming.receive()
+            if event["type"] == "http.disconnect":
+                raise ProxyError(400, INVALID_REQUEST, "client disconnected mid-request")
+            chunk: bytes = event.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise too_large()
+            chunks.append(chunk)
+            if not event.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    def _parse(self, request: Request, raw: bytes) -> Message:
-        headers = request.headers
+    def _parse(self, incoming: Incoming, raw: bytes) -> Message:
+        headers = incoming.headers
         if _media_type(headers) != JSON:
             raise ProxyError(
                 415, INVALID_REQUEST, "Content-Type must be application/json for MCP requests"
             )
-        accept = headers.get("accept") or "*/*"
-        if not (_accepts(accept, JSON) and _accepts(accept, EVENT_STREAM)):
+        if not _accepts_both(headers.get("accept") or "*/*"):
             raise ProxyError(
                 406,
                 INVALID_REQUEST,
@@ -201,21 +258,21 @@ class Proxy:
 
     async def _post(
         self,
-        request: Request,
+        incoming: Incoming,
         config: SidecarConfig,
         server: Server,
         message: Message,
         raw: bytes,
-    ) -> Response:
+    ) -> ASGIApp:
         method = method_label(message.method)
         bypass = bypass_reason(message)
         if bypass is None and not server.cache.enabled:
             bypass = "disabled"
         if bypass is not None:
             if message.is_request:
-                self.metrics.requests.labels(server.name, method, "bypass").inc()
+                self.metrics.count(server.name, method, "bypass")
             fwd = "bypass" if bypass == "disabled" else bypass.replace("request_state", "request")
-            return await self._forward(request, server, message, raw, _cache_status(fwd))
+            return await self._forward(incoming, server, message, raw, _cache_status(fwd))
 
         assert message.method is not None
         key = cache_key(
@@ -223,27 +280,23 @@ class Proxy:
             message.method,
             message.params,
             config.app_id,
-            credential_identity(request.headers.get("authorization")),
+            credential_identity(incoming.headers.get("authorization")),
         )
         entry = self.cache.get_fresh(key)
         if entry is not None:
-            self.metrics.requests.labels(server.name, method, "hit").inc()
-            self.metrics.observe_cache(self.cache)
+            self.metrics.count(server.name, method, "hit")
             return self._hit(entry, message.id)
-        self.metrics.requests.labels(server.name, method, "miss").inc()
-        return await self._forward(request, server, message, raw, None, key)
+        self.metrics.count(server.name, method, "miss")
+        return await self._forward(incoming, server, message, raw, None, key)
 
-    def _hit(self, entry: Entry, request_id: Any) -> Response:
-        body = frame_response(request_id, entry.result)
-        age = str(max(0, int(self.cache.timer() - entry.stored_at)))
-        headers = {"cache-status": HIT_STATUS, "age": age, "cache-control": "no-cache"}
-        if entry.event_stream:
-            return Response(frame_event(body), media_type=EVENT_STREAM, headers=headers)
-        return Response(body, media_type=JSON, headers=headers)
+    def _hit(self, entry: Entry, request_id: Any) -> ASGIApp:
+        body = frame_response(request_id, entry.result, event=entry.event_stream)
+        age = int(self.cache.timer() - entry.stored_at)
+        return _HitResponse(body, entry.event_stream, age)
 
     async def _forward(
         self,
-        request: Request,
+        incoming: Incoming,
         server: Server,
         message: Message | None,
         raw: bytes,
@@ -258,13 +311,13 @@ class Proxy:
         request_id = message.id if message is not None else None
         method = method_label(message.method if message is not None else None)
         # A GET is the server's long-lived event stream: no idle limit on reading it.
-        read_timeout = None if request.method == "GET" else server.timeout
+        read_timeout = None if incoming.method == "GET" else server.timeout
         timeout = httpx.Timeout(server.timeout, read=read_timeout)
         upstream_request = self.client.build_request(
-            request.method,
-            server.url,
-            headers=forward_headers(request.headers.items()),
-            content=raw if request.method == "POST" else None,
+            incoming.method,
+            _parsed_url(server.url),
+            headers=forward_headers(incoming.raw_headers),
+            content=raw if incoming.method == "POST" else None,
             timeout=timeout,
         )
         started = time.perf_counter()
@@ -414,19 +467,12 @@ class _Relay:
             async for chunk in self._chunks:
                 self._see(chunk)
                 yield chunk
+            if self._unanswered():
+                yield self._error_event("ended the stream before answering")
         except httpx.HTTPError as exc:
             error = exc
-            capture = self.capture
-            if capture is not None and capture.event_stream and not capture.final_seen:
-                # The stream broke before the answer: end it with a JSON-RPC error so
-                # the client's pending call fails now instead of waiting forever.
-                yield frame_event(
-                    error_body(
-                        UPSTREAM_UNAVAILABLE,
-                        f"MCP server {self.server.name!r} failed mid-stream: {type(exc).__name__}",
-                        self.request_id,
-                    )
-                )
+            if self._unanswered():
+                yield self._error_event(f"failed mid-stream: {type(exc).__name__}")
         except BaseException as exc:  # client went away: cancelled or closed
             error = exc
             raise
@@ -434,6 +480,23 @@ class _Relay:
             # Shielded: a client that goes away must still release the upstream socket.
             with anyio.CancelScope(shield=True):
                 await self._close(error)
+
+    def _unanswered(self) -> bool:
+        """An event stream for a request ended without its response, and the client
+        cannot resume it: end the call with an error now rather than let it wait."""
+        capture = self.capture
+        return (
+            capture is not None
+            and capture.event_stream
+            and not capture.final_seen
+            and not capture.resumable
+        )
+
+    def _error_event(self, what: str) -> bytes:
+        """A JSON-RPC error event, led by a blank line that ends whatever partial event
+        the upstream left behind, so that the error always arrives as an event of its own."""
+        message = f"MCP server {self.server.name!r} {what}"
+        return b"\n\n" + frame_event(error_body(UPSTREAM_UNAVAILABLE, message, self.request_id))
 
     def _see(self, chunk: bytes) -> None:
         capture = self.capture

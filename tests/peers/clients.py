@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import httpx
 import httpx2
+from httpx_sse import EventSource
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -44,3 +47,17 @@ def call_headers(name: str, method: str = "tools/call", **extra: str) -> dict[st
         "mcp-name": name,
         **extra,
     }
+
+
+def sse_messages(response: httpx.Response) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of a read event-stream response, parsed by httpx-sse.
+
+    Events whose data is not JSON (a broken upstream's half-event) are left out.
+    """
+    messages = []
+    for event in EventSource(response).iter_sse():
+        try:
+            messages.append(json.loads(event.data))
+        except json.JSONDecodeError:
+            continue
+    return messages

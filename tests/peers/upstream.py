@@ -79,11 +79,11 @@ class Upstream:
             return f"{text} #{self.calls['echo']}"
 
         @mcp.tool()
-        def whoami(ctx: Context) -> str:
-            """Answer with the credential the call carried: differs per end user."""
+        def whoami(ctx: Context, text: str = "") -> str:
+            """Answer with the credential the call carried (and `text`): differs per user."""
             self.calls["whoami"] += 1
-            headers = ctx.headers or {}
-            return f"user={headers.get('authorization', 'anonymous')} #{self.calls['whoami']}"
+            user = (ctx.headers or {}).get("authorization", "anonymous")
+            return f"user={user} text={text} #{self.calls['whoami']}"
 
         @mcp.tool()
         def headers(ctx: Context) -> str:

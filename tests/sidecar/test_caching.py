@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 
 import httpx
 import pytest
 
-from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client
+from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client, sse_messages
 
 
 def unique() -> str:
@@ -71,9 +70,7 @@ async def test_an_event_stream_hit_carries_only_the_final_response(sidecar, upst
     assert miss.headers["content-type"].startswith("text/event-stream")
     assert hit.headers["content-type"].startswith("text/event-stream")
     assert hit.headers["cache-status"] == "mcpcache; hit"
-    events = [e for e in hit.text.split("\n\n") if e.strip()]
-    assert len(events) == 1
-    data = json.loads(events[0].split("data: ", 1)[1])
+    (data,) = sse_messages(hit)
     assert data["id"] == 8
     assert text in data["result"]["content"][0]["text"]
     assert peer.calls["progress"] == calls

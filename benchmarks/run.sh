@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs every benchmark next to its baseline; see benchmarks/README.md. `--quick` for a
+# short smoke run. Results: benchmarks/results/latest.json and benchmarks.svg.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../.ci/env.sh"
+if ! command -v wrk >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq wrk >/dev/null
+  else
+    echo "benchmarks need wrk (Debian/Ubuntu: apt-get install wrk)" >&2
+    exit 1
+  fi
+fi
+cd "$MCPCACHE_ROOT"
+exec python benchmarks/run_all.py "$@"

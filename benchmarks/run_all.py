@@ -1,0 +1,537 @@
+"""Every benchmark, each next to its baseline in the same run.
+
+Starts the peers as separate processes (the MCP SDK upstream, a minimal ASGI app, the
+sidecar), drives them with wrk or a sequential client, and writes
+`benchmarks/results/latest.json` and `benchmarks/results/benchmarks.svg`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import timeit
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import psutil
+from prometheus_client.parser import text_string_to_metric_families
+
+from mcpcache.sidecar.key import cache_key, credential_identity
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+MODERN = "2026-07-28"
+BUDGET = 64 << 20
+LOAD_CORE = 0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_ready(url: str, limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    raise TimeoutError(url)
+
+
+def _pinned(args: list[str], core: int) -> list[str]:
+    """Servers on one core, the load generator on the other: neither steals the other's
+    CPU, which on a 2-core machine is the largest source of noise."""
+    if shutil.which("taskset") and (os.cpu_count() or 1) >= 2:
+        return ["taskset", "-c", str(core), *args]
+    return args
+
+
+@contextmanager
+def process(args: list[str], ready_url: str, core: int = 1) -> Iterator[int]:
+    """A server process pinned to `core` (1 by default, the load generator has 0)."""
+    proc = subprocess.Popen(
+        _pinned(args, core),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_ready(ready_url)
+        yield proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+class Server(str):
+    """A server's URL that also knows the server's process id."""
+
+    pid: int
+
+    @classmethod
+    def at(cls, url: str, pid: int) -> Server:
+        server = cls(url)
+        server.pid = pid
+        return server
+
+
+@contextmanager
+def upstream(sse: bool = False, core: int = 1) -> Iterator[Server]:
+    """The MCP SDK server. On the server core when it is measured under load; beside
+    the client when the sidecar is measured in front of it, as on another machine."""
+    port = free_port()
+    args = [sys.executable, str(HERE / "servers.py"), "upstream", "--port", str(port)]
+    with process(args + (["--sse"] if sse else []), f"http://127.0.0.1:{port}/", core) as pid:
+        yield Server.at(f"http://127.0.0.1:{port}/mcp", pid)
+
+
+@contextmanager
+def ceiling(body: bytes) -> Iterator[Server]:
+    port = free_port()
+    with tempfile.NamedTemporaryFile(suffix=".json") as file:
+        file.write(body)
+        file.flush()
+        args = [
+            sys.executable,
+            str(HERE / "servers.py"),
+            "ceiling",
+            "--port",
+            str(port),
+            "--body",
+            file.name,
+        ]
+        with process(args, f"http://127.0.0.1:{port}/") as pid:
+            yield Server.at(f"http://127.0.0.1:{port}/mcp", pid)
+
+
+@contextmanager
+def sidecar(upstream_url: str) -> Iterator[tuple[str, str, int]]:
+    listen, metrics = free_port(), free_port()
+    config = {
+        "appId": "bench",
+        "listen": {"host": "127.0.0.1", "port": listen},
+        "metrics": {"host": "127.0.0.1", "port": metrics},
+        "servers": [
+            {
+                "name": "bench",
+                "url": upstream_url,
+                "cache": {"enabled": True, "ttl": "1h", "maxSize": "1Mi"},
+            }
+        ],
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as file:
+        json.dump(config, file)
+        file.flush()
+        args = [
+            sys.executable,
+            "-m",
+            "mcpcache.sidecar.cli",
+            "sidecar",
+            "--config",
+            file.name,
+            "--log-level",
+            "WARNING",
+        ]
+        with process(args, f"http://127.0.0.1:{metrics}/readyz") as pid:
+            yield f"http://127.0.0.1:{listen}/mcp/bench", f"http://127.0.0.1:{metrics}/metrics", pid
+
+
+def body(tool: str, arguments: dict[str, Any], request_id: int = 1, **meta: Any) -> bytes:
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        **meta,
+    }
+    return orjson.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments, "_meta": envelope},
+        }
+    )
+
+
+def headers(tool: str) -> dict[str, str]:
+    return {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": MODERN,
+        "mcp-method": "tools/call",
+        "mcp-name": tool,
+    }
+
+
+def wrk(
+    url: str, payload: bytes, seconds: int, pid: int, connections: int = 16
+) -> dict[str, float]:
+    """wrk's figures, plus the server's own CPU time per request: steadier than req/s on a
+    shared machine, where another tenant's load moves throughput but not CPU cost."""
+    server = psutil.Process(pid)
+    before = sum(server.cpu_times()[:2])
+    with tempfile.NamedTemporaryFile(suffix=".json") as file:
+        file.write(payload)
+        file.flush()
+        out = subprocess.run(
+            _pinned(
+                [
+                    "wrk",
+                    "-t1",
+                    f"-c{connections}",
+                    f"-d{seconds}s",
+                    "--latency",
+                    "-s",
+                    str(HERE / "post.lua"),
+                    url,
+                ],
+                LOAD_CORE,
+            ),
+            env=os.environ | {"BODY": file.name, "TOOL": "payload"},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    result["server_cpu_us_per_request"] = (
+        (sum(server.cpu_times()[:2]) - before) / result["requests"] * 1e6
+    )
+    return result
+
+
+def sequential_ms(http: httpx.Client, url: str, payloads: list[bytes], tool: str) -> list[float]:
+    times = []
+    for payload in payloads:
+        started = time.perf_counter()
+        response = http.post(url, content=payload, headers=headers(tool))
+        response.read()
+        times.append((time.perf_counter() - started) * 1000)
+        assert response.status_code == 200, response.text
+    return times
+
+
+def p(values: list[float], q: float) -> float:
+    return (
+        statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+        if len(values) > 1
+        else values[0]
+    )
+
+
+def cache_bytes(metrics_url: str) -> float:
+    for family in text_string_to_metric_families(httpx.get(metrics_url).text):
+        for sample in family.samples:
+            if sample.name == "mcpcache_cache_bytes":
+                return sample.value
+    return 0.0
+
+
+def bench_hits(seconds: int) -> dict[str, Any]:
+    """Hits at 16 connections: sidecar vs the upstream itself vs the minimal ASGI ceiling."""
+    payload = body("payload", {"key": "hot"})
+    with upstream() as up, sidecar(up) as (proxy, _, pid):
+        first = httpx.post(proxy, content=payload, headers=headers("payload"))
+        hit = httpx.post(proxy, content=payload, headers=headers("payload"))
+        assert hit.headers["cache-status"] == "mcpcache; hit"
+        sidecar_hits = wrk(proxy, payload, seconds, pid)
+        direct = wrk(up, payload, seconds, up.pid)
+        size = len(hit.content)
+    with ceiling(first.content) as floor:
+        minimal = wrk(floor, payload, seconds, floor.pid)
+    return {
+        "response_bytes": size,
+        "sidecar_hit": sidecar_hits,
+        "upstream_direct": direct,
+        "minimal_asgi": minimal,
+        "ratio_to_ceiling": sidecar_hits["rps"] / minimal["rps"],
+        "ratio_to_upstream": sidecar_hits["rps"] / direct["rps"],
+        "cpu_ratio_to_ceiling": minimal["server_cpu_us_per_request"]
+        / sidecar_hits["server_cpu_us_per_request"],
+    }
+
+
+def bench_miss(calls: int) -> dict[str, Any]:
+    """A forwarded call (always a miss: new arguments each time) vs the same call direct."""
+    with upstream(core=LOAD_CORE) as up, sidecar(up) as (proxy, _, _), httpx.Client() as http:
+        warm = [body("payload", {"key": f"warm-{i}"}) for i in range(30)]
+        sequential_ms(http, proxy, warm, "payload")
+        sequential_ms(http, up, warm, "payload")
+        direct, through = [], []
+        for _ in range(calls):
+            key = uuid.uuid4().hex
+            direct += sequential_ms(http, up, [body("payload", {"key": key})], "payload")
+            through += sequential_ms(http, proxy, [body("payload", {"key": key + "x"})], "payload")
+    return {
+        "calls": calls,
+        "direct_p50_ms": p(direct, 50),
+        "sidecar_miss_p50_ms": p(through, 50),
+        "added_p50_ms": p(through, 50) - p(direct, 50),
+        "direct_p99_ms": p(direct, 99),
+        "sidecar_miss_p99_ms": p(through, 99),
+    }
+
+
+def first_event_ms(http: httpx.Client, url: str, request_id: int) -> float:
+    payload = body(
+        "first_progress", {"key": uuid.uuid4().hex}, request_id, progressToken=request_id
+    )
+    started = time.perf_counter()
+    elapsed = None
+    with http.stream("POST", url, content=payload, headers=headers("first_progress")) as response:
+        for chunk in response.iter_raw():
+            if elapsed is None and b"notifications/progress" in chunk:
+                elapsed = (time.perf_counter() - started) * 1000
+    assert elapsed is not None, "no progress event"
+    return elapsed
+
+
+def bench_sse(calls: int) -> dict[str, Any]:
+    """Time to the first progress event of a streamed call, through the sidecar vs direct."""
+    with (
+        upstream(sse=True, core=LOAD_CORE) as up,
+        sidecar(up) as (proxy, _, _),
+        httpx.Client() as http,
+    ):
+        for i in range(10):
+            first_event_ms(http, up, i)
+            first_event_ms(http, proxy, i)
+        direct, through = [], []
+        for i in range(calls):
+            direct.append(first_event_ms(http, up, i))
+            through.append(first_event_ms(http, proxy, i))
+    return {
+        "calls": calls,
+        "direct_p50_ms": p(direct, 50),
+        "sidecar_p50_ms": p(through, 50),
+        "added_p50_ms": p(through, 50) - p(direct, 50),
+    }
+
+
+def bench_memory(entry_kib: int) -> dict[str, Any]:
+    """RSS of the sidecar with its cache filled past the 64 MiB budget, against empty."""
+    with upstream() as up, sidecar(up) as (proxy, metrics, pid), httpx.Client() as http:
+        rss = psutil.Process(pid)
+        warm = [body("blob", {"key": f"w{i}", "size": 64}) for i in range(50)]
+        sequential_ms(http, proxy, warm, "blob")
+        empty = rss.memory_info().rss
+        peak_bytes = 0.0
+        count = int(BUDGET * 1.3) // (entry_kib << 10)
+        for i in range(count):
+            sequential_ms(
+                http, proxy, [body("blob", {"key": f"f{i}", "size": entry_kib << 10})], "blob"
+            )
+            if i % 25 == 0:
+                peak_bytes = max(peak_bytes, cache_bytes(metrics))
+        peak_bytes = max(peak_bytes, cache_bytes(metrics))
+        full = rss.memory_info().rss
+    growth = full - empty
+    return {
+        "entry_kib": entry_kib,
+        "stored_calls": count,
+        "rss_empty_mib": empty / 2**20,
+        "rss_full_mib": full / 2**20,
+        "rss_growth_mib": growth / 2**20,
+        "growth_to_budget": growth / BUDGET,
+        "peak_cache_bytes": peak_bytes,
+        "within_budget": peak_bytes <= BUDGET,
+    }
+
+
+def bench_scale(calls: int) -> dict[str, Any]:
+    """Sequential hit latency with 1, 100 and 1024 entries in the cache."""
+    results: dict[str, Any] = {}
+    with upstream() as up, sidecar(up) as (proxy, _, _), httpx.Client() as http:
+        stored = 0
+        for entries in (1, 100, 1024):
+            fill = [body("payload", {"key": f"k{i}"}) for i in range(stored, entries)]
+            sequential_ms(http, proxy, fill, "payload")
+            stored = entries
+            keys = [body("payload", {"key": f"k{(i * 7919) % entries}"}) for i in range(calls)]
+            times = sequential_ms(http, proxy, keys, "payload")
+            results[str(entries)] = {"p50_ms": p(times, 50), "p99_ms": p(times, 99)}
+    return results
+
+
+def bench_key(repeat: int) -> dict[str, Any]:
+    """Key computation for arguments of 1 KiB to 1 MiB, against serialising them alone."""
+    results: dict[str, Any] = {}
+    credential = credential_identity("Bearer token")
+    for size in (1 << 10, 16 << 10, 256 << 10, 1 << 20):
+        params = {
+            "name": "search",
+            "arguments": {
+                "query": "q" * (size // 2),
+                "filters": [str(i) for i in range(size // 16)],
+            },
+            "_meta": {"progressToken": 7, "traceparent": "00-a-b-01"},
+        }
+        number = max(3, repeat * 1024 // (size >> 10) // 64)
+        key_s = min(
+            timeit.repeat(
+                lambda p=params: cache_key("s", "tools/call", p, "app", credential),
+                number=number,
+                repeat=5,
+            )
+        )
+        dump_s = min(timeit.repeat(lambda p=params: orjson.dumps(p), number=number, repeat=5))
+        results[f"{size >> 10}KiB"] = {
+            "key_us": key_s / number * 1e6,
+            "serialise_only_us": dump_s / number * 1e6,
+        }
+    return results
+
+
+def chart(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    hits = results["hits"]
+    names = ["minimal ASGI\n(ceiling)", "sidecar\nhit", "upstream\ndirect"]
+    rps = [hits["minimal_asgi"]["rps"], hits["sidecar_hit"]["rps"], hits["upstream_direct"]["rps"]]
+    ax = axes[0][0]
+    ax.bar(names, rps, color=["#999999", "#2a7ab9", "#d9822b"])
+    ax.set_title("tools/call, 4 KiB result, 16 connections")
+    ax.set_ylabel("requests / s")
+    for i, value in enumerate(rps):
+        ax.text(i, value, f"{value:,.0f}", ha="center", va="bottom")
+    ax = axes[0][1]
+    p50 = [
+        hits["minimal_asgi"]["p50_ms"],
+        hits["sidecar_hit"]["p50_ms"],
+        hits["upstream_direct"]["p50_ms"],
+    ]
+    p99 = [
+        hits["minimal_asgi"]["p99_ms"],
+        hits["sidecar_hit"]["p99_ms"],
+        hits["upstream_direct"]["p99_ms"],
+    ]
+    xs = range(len(names))
+    ax.bar([x - 0.2 for x in xs], p50, 0.4, label="p50")
+    ax.bar([x + 0.2 for x in xs], p99, 0.4, label="p99")
+    ax.set_xticks(list(xs), names)
+    ax.set_yscale("log")
+    ax.set_ylabel("latency (ms, log)")
+    ax.set_title("latency at 16 connections")
+    ax.legend()
+    ax = axes[1][0]
+    miss, sse = results["miss"], results["sse"]
+    labels = ["miss: direct", "miss: sidecar", "1st SSE event:\ndirect", "1st SSE event:\nsidecar"]
+    values = [
+        miss["direct_p50_ms"],
+        miss["sidecar_miss_p50_ms"],
+        sse["direct_p50_ms"],
+        sse["sidecar_p50_ms"],
+    ]
+    ax.bar(labels, values, color=["#d9822b", "#2a7ab9", "#d9822b", "#2a7ab9"])
+    ax.set_ylabel("p50 (ms)")
+    ax.set_title("forwarded calls, one connection")
+    ax = axes[1][1]
+    memory = results["memory"]
+    ax.bar(
+        ["RSS empty", "RSS full", "cache budget"],
+        [memory["rss_empty_mib"], memory["rss_full_mib"], BUDGET / 2**20],
+    )
+    ax.set_ylabel("MiB")
+    ax.set_title(f"memory, cache filled with {memory['entry_kib']} KiB results")
+    fig.suptitle(f"mcpcache benchmarks ({results['machine']})")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="short runs, for a smoke check")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    seconds, calls = (2, 40) if args.quick else (10, 300)
+    results: dict[str, Any] = {
+        "machine": (
+            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        ),
+        "quick": args.quick,
+    }
+    print("hits ...", flush=True)
+    results["hits"] = bench_hits(seconds)
+    print("misses ...", flush=True)
+    results["miss"] = bench_miss(calls)
+    print("first SSE event ...", flush=True)
+    results["sse"] = bench_sse(calls // 3)
+    print("memory ...", flush=True)
+    results["memory"] = bench_memory(100)
+    print("scale ...", flush=True)
+    results["scale"] = bench_scale(calls)
+    print("key cost ...", flush=True)
+    results["key"] = bench_key(200 if not args.quick else 20)
+    args.out.mkdir(parents=True, exist_ok=True)
+    suffix = "-quick" if args.quick else ""
+    (args.out / f"latest{suffix}.json").write_text(json.dumps(results, indent=2) + "\n")
+    chart(results, args.out / f"benchmarks{suffix}.svg")
+    report(results)
+    return 0
+
+
+def report(r: dict[str, Any]) -> None:
+    hits, miss, sse, memory = r["hits"], r["miss"], r["sse"], r["memory"]
+    print()
+    print(
+        f"{'hits, 16 connections':34} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU us/req':>11}"
+    )
+    rows = (
+        ("minimal ASGI (ceiling)", "minimal_asgi"),
+        ("sidecar hit", "sidecar_hit"),
+        ("upstream direct", "upstream_direct"),
+    )
+    for name, key in rows:
+        row = hits[key]
+        print(
+            f"  {name:32} {row['rps']:10,.0f} {row['p50_ms']:8.2f} {row['p99_ms']:8.2f}"
+            f" {row['server_cpu_us_per_request']:11.0f}"
+        )
+    print(
+        f"  sidecar / ceiling {hits['ratio_to_ceiling']:.2f} req/s, "
+        f"{hits['cpu_ratio_to_ceiling']:.2f} CPU (goal >= 0.7); "
+        f"sidecar / upstream {hits['ratio_to_upstream']:.1f} (goal >= 10)"
+    )
+    for label, row, through in (
+        ("miss", miss, "sidecar_miss_p50_ms"),
+        ("first SSE event", sse, "sidecar_p50_ms"),
+    ):
+        print(
+            f"{label} p50: direct {row['direct_p50_ms']:.3f} ms, sidecar {row[through]:.3f} ms, "
+            f"added {row['added_p50_ms']:.3f} ms (goal <= 1)"
+        )
+    print(
+        f"memory: RSS {memory['rss_empty_mib']:.1f} MiB empty, {memory['rss_full_mib']:.1f} MiB "
+        f"full, growth {memory['growth_to_budget']:.2f} x 64 MiB (goal <= 1.25); peak cache "
+        f"bytes {memory['peak_cache_bytes']:,.0f} <= {BUDGET:,}: {memory['within_budget']}"
+    )
+    scale = ", ".join(f"{n}: {v['p50_ms']:.3f} ms" for n, v in r["scale"].items())
+    print(f"hit p50 by entries: {scale}")
+    key = ", ".join(
+        f"{n}: {v['key_us']:.0f} us (serialise alone {v['serialise_only_us']:.0f})"
+        for n, v in r["key"].items()
+    )
+    print(f"key cost: {key}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The peers a benchmark measures against, each run as its own process.
+
+`upstream`: an official MCP SDK server (stateless JSON answers) with the tools the
+benchmarks call. `ceiling`: a minimal ASGI app under the same uvicorn settings that
+answers every POST with fixed bytes, the most any Python HTTP server here can do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+import uvloop
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+
+from mcpcache.sidecar.app import uvicorn_config
+
+PAYLOAD = "p" * 4096
+
+
+def upstream_app(json_response: bool) -> Any:
+    server = MCPServer("bench")
+
+    @server.tool()
+    def payload(key: str) -> str:
+        """A 4 KiB answer."""
+        return PAYLOAD
+
+    @server.tool()
+    def blob(key: str, size: int) -> str:
+        return "b" * size
+
+    @server.tool()
+    async def first_progress(key: str, ctx: Context) -> str:
+        """Progress at once, the answer 20 ms later."""
+        await ctx.report_progress(1, 2, "started")
+        await asyncio.sleep(0.02)
+        return "done"
+
+    return server.streamable_http_app(json_response=json_response)
+
+
+def ceiling_app(body: bytes) -> Any:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        more = True
+        while more:
+            message = await receive()
+            more = message.get("more_body", False)
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+def serve(app: Any, port: int) -> None:
+    """The same uvicorn settings, event loop and HTTP parser the sidecar uses."""
+    uvloop.install()
+    server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", port, lifespan="auto"))
+    asyncio.run(server.serve())
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("kind", choices=["upstream", "ceiling"])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--body", type=Path, help="the bytes the ceiling app answers with")
+    parser.add_argument("--sse", action="store_true", help="answer streams (else JSON)")
+    args = parser.parse_args()
+    if args.kind == "upstream":
+        serve(upstream_app(json_response=not args.sse), args.port)
+    else:
+        serve(ceiling_app(args.body.read_bytes()), args.port)

@@ -1,0 +1,59 @@
+"""The cache under random operations: budgets hold, nothing stale is served, and eviction
+always takes the entries nearest to expiry."""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from mcpcache.sidecar.store import ResponseCache
+
+KEYS = st.sampled_from([f"k{i}" for i in range(12)])
+
+
+class CacheMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.cache = ResponseCache(max_entries=5, max_bytes=1000, timer=lambda: self.now)
+        self.last: dict[str, bytes] = {}
+
+    @rule(key=KEYS, size=st.integers(0, 1200), ttl=st.floats(0, 50, allow_nan=False))
+    def store(self, key: str, size: int, ttl: float) -> None:
+        before = {k: e for k, e in self.cache.items()}
+        value = bytes([len(self.last) % 256]) * size
+        stored = self.cache.store(key, value, False, ttl)
+        if stored is None:
+            assert ttl <= 0 or size > 1000
+            return
+        self.last[key] = value
+        survivors = {k: e for k, e in self.cache.items() if k != key}
+        evicted = [e for k, e in before.items() if k not in survivors and k != key]
+        if evicted and survivors:
+            assert max(e.expires_at for e in evicted) <= min(
+                e.expires_at for e in survivors.values()
+            )
+
+    @rule(seconds=st.floats(0, 20, allow_nan=False))
+    def wait(self, seconds: float) -> None:
+        self.now += seconds
+
+    @precondition(lambda self: self.last)
+    @rule(data=st.data())
+    def lookup(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.last)))
+        entry = self.cache.get_fresh(key)
+        if entry is not None:
+            assert entry.expires_at > self.now
+            assert entry.result == self.last[key]
+
+    @invariant()
+    def within_budgets(self) -> None:
+        assert len(self.cache) <= 5
+        assert self.cache.currsize <= 1000
+        assert self.cache.currsize == sum(e.size for e in self.cache.values())
+
+
+TestCacheMachine = CacheMachine.TestCase
+TestCacheMachine.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)

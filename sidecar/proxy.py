@@ -85,19 +85,42 @@ def _detail(reason: NotStoredReason) -> str:
     return reason.replace("_", "-")
 
 
+def _without(headers: Iterable[tuple[str, str]], dropped: frozenset[str]) -> list[tuple[str, str]]:
+    """`headers` minus `dropped` and minus any header a `Connection` header names
+    (RFC 9110: those are hop-by-hop too). Repeated headers stay repeated."""
+    pairs = [(k.lower(), v) for k, v in headers]
+    named = {
+        token.strip().lower()
+        for name, value in pairs
+        if name == "connection"
+        for token in value.split(",")
+    }
+    return [(k, v) for k, v in pairs if k not in dropped and k not in named]
+
+
 def forward_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """Request headers for the upstream: all but hop-by-hop ones and those httpx sets.
 
     `Host` is left to httpx, which sets it from the upstream URL: an MCP server that
     guards against DNS rebinding then sees its own name, not the sidecar's.
     """
-    kept = [(k, v) for k, v in headers if k.lower() not in _NOT_FORWARDED]
+    kept = _without(headers, _NOT_FORWARDED)
     kept.append(("accept-encoding", "identity"))
     return kept
 
 
-def response_headers(headers: httpx.Headers) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in _NOT_RETURNED}
+def response_headers(headers: httpx.Headers) -> list[tuple[str, str]]:
+    """The upstream's response headers for the client (a load balancer's repeated
+    `Set-Cookie` included), without hop-by-hop ones."""
+    return _without(headers.multi_items(), _NOT_RETURNED)
+
+
+def _with_headers(
+    response: Response, headers: list[tuple[str, str]], cache_status: str
+) -> Response:
+    response.raw_headers.extend((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers)
+    response.raw_headers.append((b"cache-status", cache_status.encode()))
+    return response
 
 
 @functools.lru_cache(maxsize=256)
@@ -351,21 +374,19 @@ class Proxy:
             if key is not None and (refusal := self._refusal(upstream)) is not None:
                 capture.verdict = Verdict(refusal)
         relay = _Relay(self, server, method, upstream, started, capture, key, request_id)
+        status = upstream.status_code
         if key is not None and not event_stream:
             # A JSON answer is one message: read it (up to maxSize) before the headers,
             # so that Cache-Status can say whether it was stored.
             prefix = await relay.read_prefix()
             if relay.done:
-                headers["cache-status"] = relay.cache_status()
-                return Response(prefix, status_code=upstream.status_code, headers=headers)
-            headers["cache-status"] = _cache_status("miss", _detail("too_large"))
-            return StreamingResponse(
-                relay.stream(prefix), status_code=upstream.status_code, headers=headers
+                return _with_headers(Response(prefix, status), headers, relay.cache_status())
+            too_large = _cache_status("miss", _detail("too_large"))
+            return _with_headers(
+                StreamingResponse(relay.stream(prefix), status), headers, too_large
             )
-        headers["cache-status"] = cache_status or _cache_status("miss")
-        return StreamingResponse(
-            relay.stream(b""), status_code=upstream.status_code, headers=headers
-        )
+        cache_status = cache_status or _cache_status("miss")
+        return _with_headers(StreamingResponse(relay.stream(b""), status), headers, cache_status)
 
     def _refusal(self, upstream: httpx.Response) -> NotStoredReason | None:
         if upstream.status_code != 200:

@@ -29,9 +29,15 @@ def test_namespaces_and_configmaps_are_stored_and_watched(control_plane, core) -
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     events: queue.Queue[tuple[str, dict[str, str]]] = queue.Queue()
     stream = watch.Watch()
+    # Watch from the list's resourceVersion: every later change is delivered, however
+    # late the watch connects.
+    since = core.list_namespaced_config_map(namespace).metadata.resource_version
 
     def follow() -> None:
-        for event in stream.stream(core.list_namespaced_config_map, namespace, timeout_seconds=30):
+        changes = stream.stream(
+            core.list_namespaced_config_map, namespace, resource_version=since, timeout_seconds=30
+        )
+        for event in changes:
             if event["object"].metadata.name == "settings":
                 events.put((event["type"], dict(event["object"].data or {})))
             if event["type"] == "DELETED":

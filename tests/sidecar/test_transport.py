@@ -196,3 +196,32 @@ async def test_the_listener_refuses_foreign_hosts_and_origins(sidecar, headers, 
     )
     assert response.status_code == status
     assert "not allowed" in response.json()["error"]["message"]
+
+
+async def test_repeated_response_headers_survive_and_connection_named_ones_do_not(
+    make_sidecar,
+) -> None:
+    peer = Upstream()
+    inner = peer.app(json_response=True)
+
+    async def with_cookies(scope, receive, send):
+        async def add_headers(message):
+            if message["type"] == "http.response.start":
+                message["headers"] = [
+                    *message["headers"],
+                    (b"set-cookie", b"lb=one; Path=/"),
+                    (b"set-cookie", b"affinity=two; Path=/"),
+                    (b"connection", b"x-internal"),
+                    (b"x-internal", b"secret-hop"),
+                ]
+            await send(message)
+
+        await inner(scope, receive, add_headers)
+
+    with served(with_cookies) as app:
+        sidecar = make_sidecar({"servers": [{"name": "s", "url": app.base_url + "/mcp"}]})
+        response = await post(
+            sidecar.url("s"), call_body(1, "echo", {"text": "x"}), call_headers("echo")
+        )
+    assert response.headers.get_list("set-cookie") == ["lb=one; Path=/", "affinity=two; Path=/"]
+    assert "x-internal" not in response.headers

@@ -82,7 +82,7 @@ class ConfigSource:
 
     def _warn_fixed_fields(self, new: SidecarConfig) -> None:
         old = self.current
-        for field in ("listen", "metrics", "cache", "app_id"):
+        for field in ("listen", "metrics", "cache", "allowed_hosts"):
             if getattr(old, field) != getattr(new, field):
                 logger.warning(
                     "configuration field changed but takes effect only on restart",

@@ -14,9 +14,10 @@ from typing import Annotated, Any
 import anyio
 from mcp.server import MCPServer
 from mcp.server.caching import CacheHint
-from mcp.server.mcpserver import Context, Elicit, Resolve
+from mcp.server.mcpserver import Context, Elicit, Resolve, Sample
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import CreateMessageResult, SamplingMessage, TextContent
 from pydantic import BaseModel
 
 
@@ -26,6 +27,11 @@ class Answer(BaseModel):
 
 def ask_colour() -> Elicit[Answer]:
     return Elicit("Favourite colour?", Answer)
+
+
+def ask_model() -> Sample:
+    prompt = SamplingMessage(role="user", content=TextContent(type="text", text="Say a word"))
+    return Sample([prompt], max_tokens=10)
 
 
 class CountingASGI:
@@ -141,6 +147,13 @@ class Upstream:
             """Ask the client a question in whichever way the protocol era allows."""
             self.calls["survey"] += 1
             return f"colour={answer.colour}"
+
+        @mcp.tool()
+        def word(sampled: Annotated[CreateMessageResult, Resolve(ask_model)]) -> str:
+            """Ask the client's model for a word (sampling) and answer with it."""
+            self.calls["word"] += 1
+            content = sampled.content
+            return f"word={content.text if isinstance(content, TextContent) else '?'}"
 
         @mcp.tool()
         def version() -> str:

@@ -7,7 +7,13 @@ import uuid
 import httpx
 import pytest
 from mcp.client.session import ClientRequestContext
-from mcp_types import ElicitRequestParams, ElicitResult
+from mcp_types import (
+    CreateMessageRequestParams,
+    CreateMessageResult,
+    ElicitRequestParams,
+    ElicitResult,
+    TextContent,
+)
 
 from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client
 
@@ -112,6 +118,25 @@ async def test_calls_during_which_the_server_asked_the_client_are_not_stored(
     assert first.content[0].text == "colour=blue1"
     assert second.content[0].text == "colour=blue2"
     assert asked == 2
+    assert sidecar.sample("mcpcache_not_stored_total", server="sse", reason="server_request") == 2
+
+
+async def test_calls_during_which_the_server_sampled_the_client_are_not_stored(
+    sidecar, upstream
+) -> None:
+    sampled = 0
+
+    async def model(context: ClientRequestContext, params: CreateMessageRequestParams):
+        nonlocal sampled
+        sampled += 1
+        return CreateMessageResult(
+            role="assistant", content=TextContent(type="text", text=f"w{sampled}"), model="m"
+        )
+
+    async with mcp_client(sidecar.url("sse"), mode=LEGACY, sampling_callback=model) as client:
+        first = await client.call_tool("word", {})
+        second = await client.call_tool("word", {})
+    assert (first.content[0].text, second.content[0].text) == ("word=w1", "word=w2")
     assert sidecar.sample("mcpcache_not_stored_total", server="sse", reason="server_request") == 2
 
 

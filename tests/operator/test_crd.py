@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
@@ -11,29 +10,12 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from peers.paths import CHART, CRD, ROOT
-
-GROUP, VERSION, PLURAL = "mcpcache.io", "v1alpha1", "mcpservers"
+from peers.resources import GROUP, PLURAL, VERSION, mcpserver, new_namespace
 
 
 @pytest.fixture
 def namespace(control_plane, crd) -> str:
-    name = f"crd-{uuid.uuid4().hex[:8]}"
-    client.CoreV1Api(control_plane.api_client()).create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
-    )
-    return name
-
-
-def mcpserver(name: str, url: str = "http://docs.tools.svc:8000/mcp", **cache: object) -> dict:
-    body: dict = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "MCPServer",
-        "metadata": {"name": name},
-        "spec": {"endpoint": {"streamableHTTP": {"url": url}}},
-    }
-    if cache:
-        body["spec"]["cache"] = cache
-    return body
+    return new_namespace(control_plane, "crd")
 
 
 def test_the_chart_carries_the_same_crd() -> None:

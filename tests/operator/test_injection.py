@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from peers.operator import SIDECAR_IMAGE
+from peers.resources import new_namespace
 
 TEST_LABEL = "mcpcache-test"
 
@@ -19,12 +18,8 @@ def core(control_plane) -> client.CoreV1Api:
 
 
 @pytest.fixture
-def namespace(core, operator) -> str:
-    name = f"inj-{uuid.uuid4().hex[:8]}"
-    core.create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={TEST_LABEL: "true"}))
-    )
-    return name
+def namespace(control_plane, operator) -> str:
+    return new_namespace(control_plane, "inj", labels={TEST_LABEL: "true"})
 
 
 def pod(name: str, annotations: dict[str, str] | None = None, **spec: object) -> dict:

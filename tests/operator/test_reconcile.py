@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
-from mcpcache.sidecar.config import parse_config
+from peers.resources import GROUP, PLURAL, VERSION, configured_servers, mcpserver, new_namespace
 from peers.serving import wait_until
-
-GROUP, VERSION, PLURAL = "mcpcache.io", "v1alpha1", "mcpservers"
 
 
 @pytest.fixture
 def namespace(control_plane, operator) -> str:
-    name = f"rec-{uuid.uuid4().hex[:8]}"
-    client.CoreV1Api(control_plane.api_client()).create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
-    )
-    return name
+    return new_namespace(control_plane, "rec")
 
 
 @pytest.fixture
@@ -33,26 +24,7 @@ def core(control_plane) -> client.CoreV1Api:
     return client.CoreV1Api(control_plane.api_client())
 
 
-def mcpserver(name: str, url: str = "http://docs.tools.svc:8000/mcp", **cache: object) -> dict:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "MCPServer",
-        "metadata": {"name": name},
-        "spec": {"endpoint": {"streamableHTTP": {"url": url}}, "cache": cache},
-    }
-
-
-def sidecar_config(core: client.CoreV1Api, namespace: str):
-    try:
-        configmap = core.read_namespaced_config_map("mcpcache-servers", namespace)
-    except ApiException:
-        return None
-    return parse_config(configmap.data["config.yaml"], environ={})
-
-
-def servers(core, namespace) -> dict | None:
-    config = sidecar_config(core, namespace)
-    return None if config is None else {s.name: s for s in config.servers}
+servers = configured_servers
 
 
 def test_create_update_and_delete_are_reflected_in_the_configmap(namespace, objects, core) -> None:
@@ -154,9 +126,7 @@ def test_max_size_above_one_mebibyte_is_clamped_with_a_warning(namespace, object
 
 
 def test_namespaces_are_separate(control_plane, operator, objects, core) -> None:
-    first, second = (f"ten-{uuid.uuid4().hex[:8]}" for _ in range(2))
-    for name in (first, second):
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    first, second = new_namespace(control_plane, "ten"), new_namespace(control_plane, "ten")
     objects.create_namespaced_custom_object(GROUP, VERSION, first, PLURAL, mcpserver("only-here"))
     wait_until(lambda: servers(core, first), 30, "the first namespace's configmap")
     assert servers(core, second) is None

@@ -14,6 +14,7 @@ from kubernetes import client
 from peers.controlplane import BIN_ENV, Authority, ControlPlane
 from peers.operator import OperatorProcess, install_operator_rbac
 from peers.paths import CHART, CRD
+from peers.resources import INJECTED_LABEL
 from peers.serving import ServedApp, wait_until
 from peers.sidecar import RunningSidecar
 from peers.upstream import Upstream
@@ -103,8 +104,6 @@ def control_plane() -> Iterator[ControlPlane]:
 
 
 OPERATOR_NAMESPACE = "mcpcache-system"
-TEST_LABEL = "mcpcache-test"
-"""Namespaces with this label set to "true" have their pods sent to the test webhook."""
 
 
 @pytest.fixture(scope="session")
@@ -158,7 +157,7 @@ def operator(
                             "resources": ["pods"],
                         }
                     ],
-                    "namespaceSelector": {"matchLabels": {TEST_LABEL: "true"}},
+                    "namespaceSelector": {"matchLabels": {INJECTED_LABEL: "true"}},
                 }
             ],
         }

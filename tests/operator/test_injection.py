@@ -7,9 +7,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from peers.operator import SIDECAR_IMAGE
-from peers.resources import new_namespace
-
-TEST_LABEL = "mcpcache-test"
+from peers.resources import INJECTED_LABEL, new_namespace
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +17,7 @@ def core(control_plane) -> client.CoreV1Api:
 
 @pytest.fixture
 def namespace(control_plane, operator) -> str:
-    return new_namespace(control_plane, "inj", labels={TEST_LABEL: "true"})
+    return new_namespace(control_plane, "inj", labels={INJECTED_LABEL: "true"})
 
 
 def pod(name: str, annotations: dict[str, str] | None = None, **spec: object) -> dict:

@@ -13,6 +13,8 @@ from mcpcache.sidecar.config import Server, parse_config
 from .controlplane import ControlPlane
 
 GROUP, VERSION, PLURAL = "mcpcache.io", "v1alpha1", "mcpservers"
+INJECTED_LABEL = "mcpcache-test"
+"""Namespaces labelled with this set to "true" have their pods sent to the test webhook."""
 
 
 def mcpserver(name: str, url: str = "http://docs.tools.svc:8000/mcp", **cache: Any) -> dict:

@@ -50,6 +50,16 @@ def app_id_of(pod: Mapping[str, Any]) -> str:
     return str(app_id)
 
 
+def _sidecar_env(app_id: str, settings: OperatorSettings) -> list[dict[str, str]]:
+    env = [{"name": "MCPCACHE_APP_ID", "value": app_id}]
+    if settings.sidecar_cache_max_entries is not None:
+        value = str(settings.sidecar_cache_max_entries)
+        env.append({"name": "MCPCACHE_CACHE_MAX_ENTRIES", "value": value})
+    if settings.sidecar_cache_max_bytes is not None:
+        env.append({"name": "MCPCACHE_CACHE_MAX_BYTES", "value": settings.sidecar_cache_max_bytes})
+    return env
+
+
 def sidecar_container(app_id: str, settings: OperatorSettings) -> dict[str, Any]:
     return {
         "name": SIDECAR_NAME,
@@ -64,7 +74,7 @@ def sidecar_container(app_id: str, settings: OperatorSettings) -> dict[str, Any]
             "--log-level",
             settings.sidecar_log_level,
         ],
-        "env": [{"name": "MCPCACHE_APP_ID", "value": app_id}],
+        "env": _sidecar_env(app_id, settings),
         "ports": [{"name": "mcpcache-prom", "containerPort": SIDECAR_METRICS_PORT}],
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": SIDECAR_METRICS_PORT},

@@ -27,6 +27,9 @@ class OperatorSettings(BaseModel):
     sidecar_image_pull_policy: str = "IfNotPresent"
     sidecar_resources: dict[str, Any] = Field(default_factory=_default_resources)
     sidecar_log_level: str = "INFO"
+    sidecar_cache_max_entries: int | None = None
+    sidecar_cache_max_bytes: str | None = None
+    """The injected sidecars' shared cache budget; None keeps the sidecar's default."""
     namespaces: tuple[str, ...] = ()
     """Namespaces to watch; empty means the whole cluster."""
     metrics_port: int = 8080
@@ -43,6 +46,8 @@ class OperatorSettings(BaseModel):
             "MCPCACHE_SIDECAR_IMAGE": "sidecar_image",
             "MCPCACHE_SIDECAR_IMAGE_PULL_POLICY": "sidecar_image_pull_policy",
             "MCPCACHE_SIDECAR_LOG_LEVEL": "sidecar_log_level",
+            "MCPCACHE_SIDECAR_CACHE_MAX_ENTRIES": "sidecar_cache_max_entries",
+            "MCPCACHE_SIDECAR_CACHE_MAX_BYTES": "sidecar_cache_max_bytes",
             "MCPCACHE_METRICS_PORT": "metrics_port",
             "MCPCACHE_HEALTH_PORT": "health_port",
             "MCPCACHE_WEBHOOK_PORT": "webhook_port",

@@ -40,6 +40,8 @@ DEFAULT_MAX_HEADER_BYTES = 64 << 10
 APP_ID_ENV = "MCPCACHE_APP_ID"
 LISTEN_PORT_ENV = "MCPCACHE_LISTEN_PORT"
 METRICS_PORT_ENV = "MCPCACHE_METRICS_PORT"
+CACHE_MAX_ENTRIES_ENV = "MCPCACHE_CACHE_MAX_ENTRIES"
+CACHE_MAX_BYTES_ENV = "MCPCACHE_CACHE_MAX_BYTES"
 
 
 def _duration(value: Any) -> float:
@@ -166,7 +168,11 @@ class SidecarConfig(_Model):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     def with_environment(self, environ: Mapping[str, str]) -> SidecarConfig:
-        """Apply the environment overrides for the app id and the two ports."""
+        """Apply the environment overrides: app id, the two ports, the cache budget.
+
+        In Kubernetes these come from the injected container (the app id from the pod,
+        the budget from the operator's settings), the servers from the namespace's
+        ConfigMap."""
         update: dict[str, Any] = {}
         if app_id := environ.get(APP_ID_ENV):
             update["app_id"] = app_id
@@ -174,6 +180,14 @@ class SidecarConfig(_Model):
             update["listen"] = self.listen.model_copy(update={"port": int(port)})
         if port := environ.get(METRICS_PORT_ENV):
             update["metrics"] = self.metrics.model_copy(update={"port": int(port)})
+        limits: dict[str, Any] = {}
+        if entries := environ.get(CACHE_MAX_ENTRIES_ENV):
+            limits["maxEntries"] = int(entries)
+        if size := environ.get(CACHE_MAX_BYTES_ENV):
+            limits["maxBytes"] = size
+        if limits:
+            current = self.cache.model_dump(by_alias=True)
+            update["cache"] = CacheLimits.model_validate(current | limits)
         return self.model_copy(update=update) if update else self
 
 

@@ -56,6 +56,17 @@ def test_the_sidecar_is_a_native_sidecar_with_a_hardened_container() -> None:
     ]
 
 
+def test_the_operators_cache_budget_reaches_the_sidecar() -> None:
+    settings = OperatorSettings.from_environment(
+        {"MCPCACHE_SIDECAR_CACHE_MAX_ENTRIES": "300", "MCPCACHE_SIDECAR_CACHE_MAX_BYTES": "32Mi"}
+    )
+    plan = plan_injection(pod(), settings)
+    assert plan is not None
+    env = {e["name"]: e["value"] for e in plan["initContainers"][0]["env"]}
+    assert env["MCPCACHE_CACHE_MAX_ENTRIES"] == "300"
+    assert env["MCPCACHE_CACHE_MAX_BYTES"] == "32Mi"
+
+
 def test_an_injected_pod_is_left_alone() -> None:
     plan = plan_injection(pod(), SETTINGS)
     assert plan is not None

@@ -29,6 +29,7 @@ NON_DEFAULT = {
     "sidecar": {
         "image": {"tag": "9.9.9-slim"},
         "logLevel": "WARNING",
+        "cache": {"maxEntries": 256, "maxBytes": "16Mi"},
         "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
     },
     "webhook": {"failurePolicy": "Fail", "timeoutSeconds": 3},
@@ -116,6 +117,8 @@ def test_values_reach_the_operator_and_the_sidecar(control_plane, values_file) -
     assert env["MCPCACHE_SIDECAR_LOG_LEVEL"] == "WARNING"
     assert json.loads(env["MCPCACHE_SIDECAR_RESOURCES"]) == NON_DEFAULT["sidecar"]["resources"]
     assert env["MCPCACHE_NAMESPACES"] == "agents,tools"
+    assert env["MCPCACHE_SIDECAR_CACHE_MAX_ENTRIES"] == "256"
+    assert env["MCPCACHE_SIDECAR_CACHE_MAX_BYTES"] == "16Mi"
     assert pod["serviceAccountName"] == "custom-operator"
     assert pod["imagePullSecrets"] == [{"name": "registry"}]
     webhook = by_kind(documents, "MutatingWebhookConfiguration")["webhooks"][0]

@@ -67,16 +67,24 @@ def test_max_size_above_one_mebibyte_is_clamped_not_refused() -> None:
     assert cache.effective_max_size == MAX_SIZE_CEILING
 
 
-def test_environment_overrides_app_id_and_ports() -> None:
+def test_environment_overrides_app_id_ports_and_cache_budget() -> None:
     config = parse_config(
         MINIMAL,
         environ={
             "MCPCACHE_APP_ID": "billing",
             "MCPCACHE_LISTEN_PORT": "4000",
             "MCPCACHE_METRICS_PORT": "9191",
+            "MCPCACHE_CACHE_MAX_ENTRIES": "200",
+            "MCPCACHE_CACHE_MAX_BYTES": "16Mi",
         },
     )
     assert (config.app_id, config.listen.port, config.metrics.port) == ("billing", 4000, 9191)
+    assert (config.cache.max_entries, config.cache.max_bytes) == (200, 16 << 20)
+
+
+def test_a_bad_environment_value_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="quantity"):
+        parse_config(MINIMAL, environ={"MCPCACHE_CACHE_MAX_BYTES": "lots"})
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
+from .serving import end_process_group
+
 BIN_ENV = "MCPCACHE_CONTROLPLANE_BIN"
 """Directory with the `controlplane`, `kubectl` and `helm` binaries (see build.sh)."""
 
@@ -353,10 +355,5 @@ class ControlPlane:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _terminate(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
+        if self.process is not None:
+            end_process_group(self.process)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 import httpx
 
 from .controlplane import Authority, ControlPlane
-from .serving import wait_until
+from .serving import end_process_group, wait_until
 
 SIDECAR_IMAGE = "example.test/mcpcache:under-test"
 
@@ -86,13 +85,8 @@ class OperatorProcess:
         return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics").text
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
+        if self.process is not None:
+            end_process_group(self.process, grace=20)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -106,3 +109,15 @@ def served(app: Any, lifespan: str = "on") -> Iterator[ServedApp]:
         yield running
     finally:
         running.stop()
+
+
+def end_process_group(process: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """SIGTERM a process started with `start_new_session=True`, SIGKILL after `grace`."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)

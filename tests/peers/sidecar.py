@@ -65,3 +65,8 @@ class RunningSidecar:
 
     def sample(self, name: str, **labels: str) -> float:
         return self.scrape().get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def one_server(url: str, name: str = "s", **cache: Any) -> dict[str, Any]:
+    """A config document with one cached server (`cache` overrides its cache fields)."""
+    return {"servers": [{"name": name, "url": url, "cache": {"enabled": True, **cache}}]}

@@ -16,6 +16,9 @@ from mcp_types import (
 )
 
 from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client
+from peers.serving import async_wait_until, served
+from peers.sidecar import one_server
+from peers.upstream import Upstream
 
 
 def unique() -> str:
@@ -55,17 +58,7 @@ async def test_a_result_larger_than_max_size_reaches_the_client_whole_but_is_not
     make_sidecar, json_upstream
 ) -> None:
     _, app = json_upstream
-    sidecar = make_sidecar(
-        {
-            "servers": [
-                {
-                    "name": "s",
-                    "url": app.base_url + "/mcp",
-                    "cache": {"enabled": True, "maxSize": "4Ki"},
-                }
-            ]
-        }
-    )
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", maxSize="4Ki"))
     for request_id in (1, 2):
         response = await post(sidecar, "s", call_body(request_id, "blob", {"size": 10_000}), "blob")
         assert response.status_code == 200
@@ -78,17 +71,7 @@ async def test_a_result_larger_than_max_size_reaches_the_client_whole_but_is_not
 
 async def test_log_frames_count_towards_max_size(make_sidecar, upstream) -> None:
     _, app = upstream
-    sidecar = make_sidecar(
-        {
-            "servers": [
-                {
-                    "name": "s",
-                    "url": app.base_url + "/mcp",
-                    "cache": {"enabled": True, "maxSize": "2Ki"},
-                }
-            ]
-        }
-    )
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", maxSize="2Ki"))
     frames: list[object] = []
 
     async def on_log(params) -> None:
@@ -155,14 +138,9 @@ async def test_requests_carrying_request_state_bypass_the_cache(sidecar, json_up
 
 
 async def test_a_zero_ttl_ms_in_the_result_is_not_stored(make_sidecar) -> None:
-    from peers.serving import served
-    from peers.upstream import Upstream
-
     peer = Upstream(resource_ttl_ms=0)
     with served(peer.app(json_response=True)) as app:
-        sidecar = make_sidecar(
-            {"servers": [{"name": "s", "url": app.base_url + "/mcp", "cache": {"enabled": True}}]}
-        )
+        sidecar = make_sidecar(one_server(app.base_url + "/mcp"))
         async with mcp_client(sidecar.url("s"), mode=MODERN) as client:
             await client.read_resource("doc://a")
             await client.read_resource("doc://a")
@@ -171,9 +149,6 @@ async def test_a_zero_ttl_ms_in_the_result_is_not_stored(make_sidecar) -> None:
 
 
 async def test_a_ttl_ms_in_the_result_caps_the_entrys_life(make_sidecar) -> None:
-    from peers.serving import served
-    from peers.upstream import Upstream
-
     peer = Upstream(resource_ttl_ms=1500)
     with served(peer.app(json_response=True)) as app:
         sidecar = make_sidecar(
@@ -194,8 +169,6 @@ async def test_a_ttl_ms_in_the_result_caps_the_entrys_life(make_sidecar) -> None
 
 
 async def test_upstream_no_store_is_respected(make_sidecar, json_upstream) -> None:
-    from peers.serving import served
-
     async def add_no_store(scope, receive, send):
         async def patched_send(message):
             if message["type"] == "http.response.start":
@@ -204,14 +177,10 @@ async def test_upstream_no_store_is_respected(make_sidecar, json_upstream) -> No
 
         await inner(scope, receive, patched_send)
 
-    from peers.upstream import Upstream
-
     other = Upstream()
     inner = other.app(json_response=True)
     with served(add_no_store) as app:
-        sidecar = make_sidecar(
-            {"servers": [{"name": "s", "url": app.base_url + "/mcp", "cache": {"enabled": True}}]}
-        )
+        sidecar = make_sidecar(one_server(app.base_url + "/mcp"))
         for request_id in (1, 2):
             response = await post(
                 sidecar, "s", call_body(request_id, "echo", {"text": "x"}), "echo"
@@ -222,23 +191,11 @@ async def test_upstream_no_store_is_respected(make_sidecar, json_upstream) -> No
 
 async def test_an_expired_entry_is_not_served(make_sidecar, json_upstream) -> None:
     _, app = json_upstream
-    sidecar = make_sidecar(
-        {
-            "servers": [
-                {
-                    "name": "s",
-                    "url": app.base_url + "/mcp",
-                    "cache": {"enabled": True, "ttl": "300ms"},
-                }
-            ]
-        }
-    )
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", ttl="300ms"))
     text = unique()
     first = await post(sidecar, "s", call_body(1, "echo", {"text": text}), "echo")
     assert first.headers["cache-status"] == "mcpcache; fwd=miss; stored"
     entry = next(iter(sidecar.sidecar.cache.values()))
-    from peers.serving import async_wait_until
-
     await async_wait_until(lambda: sidecar.sidecar.cache.timer() >= entry.expires_at, what="expiry")
     again = await post(sidecar, "s", call_body(2, "echo", {"text": text}), "echo")
     assert again.headers["cache-status"] == "mcpcache; fwd=miss; stored"

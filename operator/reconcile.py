@@ -20,9 +20,11 @@ from typing import Any, Final
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from mcpcache.sidecar.config import Server
+
 from .configmap import CONFIGMAP_NAME, MANAGED_BY, configmap_body
 from .metrics import OperatorMetrics
-from .resource import effective_server
+from .resource import Effective, effective_server
 from .status import desired_status, same_status
 
 GROUP: Final = "mcpcache.io"
@@ -103,7 +105,7 @@ class NamespaceReconciler:
         )
         logger.info("reconciled", extra={"namespace": namespace, "servers": len(servers)})
 
-    def _write_configmap(self, namespace: str, servers: list[Any], create: bool) -> None:
+    def _write_configmap(self, namespace: str, servers: list[Server], create: bool) -> None:
         desired = configmap_body(namespace, servers)
         try:
             current = self.core.read_namespaced_config_map(CONFIGMAP_NAME, namespace)
@@ -125,7 +127,7 @@ class NamespaceReconciler:
         self.core.replace_namespaced_config_map(CONFIGMAP_NAME, namespace, desired)
         logger.info("configmap updated", extra={"namespace": namespace})
 
-    def _write_status(self, namespace: str, item: Mapping[str, Any], effective: Any) -> None:
+    def _write_status(self, namespace: str, item: Mapping[str, Any], effective: Effective) -> None:
         metadata = item["metadata"]
         current = item.get("status") or {}
         desired = desired_status(effective, metadata.get("generation", 0), current)

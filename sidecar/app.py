@@ -48,7 +48,6 @@ class Sidecar:
             current.cache.max_bytes,
             on_evict=self.metrics.record_eviction,
         )
-        self.metrics.observe_cache(self.cache)
         self.client = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
             follow_redirects=False,

@@ -7,7 +7,6 @@ what the sidecar reads.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -223,7 +222,3 @@ def load_config(path: Path, environ: Mapping[str, str] | None = None) -> Sidecar
 def dump_config(config: SidecarConfig) -> str:
     """Serialise as YAML in the file form (stable key order, for diffable ConfigMaps)."""
     return yaml.safe_dump(config.to_document(), sort_keys=False)
-
-
-def dump_config_json(config: SidecarConfig) -> str:
-    return json.dumps(config.to_document(), indent=2)

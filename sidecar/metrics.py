@@ -93,6 +93,7 @@ class Metrics:
         self.evictions.labels(reason).inc()
 
     def observe_cache(self, cache: ResponseCache) -> None:
+        """Set the cache gauges; called when /metrics is scraped, not per request."""
         self.entries.set(len(cache))
         self.bytes.set(cache.currsize)
         self.max_entries.set(cache.max_entries)

@@ -33,6 +33,7 @@ from .key import cache_key, credential_identity
 from .messages import (
     HEADER_MISMATCH,
     INVALID_REQUEST,
+    BypassReason,
     MalformedMessage,
     Message,
     NotStoredReason,
@@ -79,6 +80,12 @@ def _cache_status(fwd: str, detail: str | None = None, stored: bool = False) -> 
 
 
 HIT_STATUS: Final = "mcpcache; hit"
+_BYPASS_FWD: Final[dict[BypassReason, str]] = {
+    "method": "method",  # the cache does not handle this method
+    "disabled": "bypass",  # the server's cache is off
+    "request_state": "request",  # the request itself rules the cache out
+}
+"""RFC 9211 `fwd` values for requests never looked up."""
 
 
 def _detail(reason: NotStoredReason) -> str:
@@ -294,8 +301,8 @@ class Proxy:
         if bypass is not None:
             if message.is_request:
                 self.metrics.count(server.name, method, "bypass")
-            fwd = "bypass" if bypass == "disabled" else bypass.replace("request_state", "request")
-            return await self._forward(incoming, server, message, raw, _cache_status(fwd))
+            status = _cache_status(_BYPASS_FWD[bypass])
+            return await self._forward(incoming, server, message, raw, status)
 
         assert message.method is not None
         key = cache_key(
@@ -423,7 +430,6 @@ class Proxy:
                 verdict = Verdict("over_budget")
         if verdict.reason is not None:
             self.metrics.not_stored.labels(server.name, verdict.reason).inc()
-        self.metrics.observe_cache(self.cache)
         return verdict
 
 
@@ -475,10 +481,10 @@ class _Relay:
         return b"".join(parts)
 
     def cache_status(self) -> str:
-        if self.verdict is not None and self.verdict.reason is None:
-            return _cache_status("miss", stored=True)
         reason = self.verdict.reason if self.verdict is not None else "incomplete"
-        return _cache_status("miss", _detail(reason or "incomplete"))
+        if reason is None:
+            return _cache_status("miss", stored=True)
+        return _cache_status("miss", _detail(reason))
 
     async def stream(self, prefix: bytes) -> AsyncIterator[bytes]:
         error: BaseException | None = None

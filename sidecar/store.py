@@ -68,9 +68,6 @@ class ResponseCache(cachetools.Cache[str, Entry]):
     def max_bytes(self) -> int:
         return int(self.maxsize)
 
-    def fits(self, size: int) -> bool:
-        return size <= self.maxsize
-
     def get_fresh(self, key: str) -> Entry | None:
         """The entry for `key` if it has not expired; an expired one is dropped."""
         entry = self.get(key)

@@ -7,4 +7,3 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "mcpservers.mcpcache.io.yaml"
 CHART = ROOT / "charts" / "mcpcache"
-EXAMPLES = ROOT / "examples"

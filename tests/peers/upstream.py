@@ -54,7 +54,6 @@ class Upstream:
         self.calls: collections.Counter[str] = collections.Counter()
         self.http: collections.Counter[str] = collections.Counter()
         self._gates: dict[str, threading.Event] = {}
-        self.version = 1
         self.server = MCPServer(
             "upstream",
             cache_hints={"resources/read": CacheHint(ttl_ms=resource_ttl_ms)},
@@ -154,12 +153,6 @@ class Upstream:
             self.calls["word"] += 1
             content = sampled.content
             return f"word={content.text if isinstance(content, TextContent) else '?'}"
-
-        @mcp.tool()
-        def version() -> str:
-            """The upstream's current version: lets a test change the answer."""
-            self.calls["version"] += 1
-            return f"v{self.version}"
 
         @mcp.resource("doc://{name}")
         def doc(name: str) -> str:

@@ -14,7 +14,6 @@ import socket
 from collections.abc import Callable
 from typing import Literal
 
-import httpx
 import uvicorn
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -23,12 +22,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .config import SidecarConfig
 from .errors import UNKNOWN_SERVER, ProxyError
+from .incoming import Incoming
 from .messages import INVALID_REQUEST
 from .metrics import Metrics
 from .origin import OriginPolicy
-from .proxy import Incoming, Proxy
+from .proxy import Proxy
 from .reload import ConfigSource
 from .store import ResponseCache
+from .upstream import UpstreamClient
 
 logger = logging.getLogger("mcpcache.sidecar")
 
@@ -48,11 +49,8 @@ class Sidecar:
             current.cache.max_bytes,
             on_evict=self.metrics.record_eviction,
         )
-        self.client = httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-            follow_redirects=False,
-            trust_env=False,
-        )
+        self.metrics.watch_cache(self.cache)
+        self.client = UpstreamClient()
         self.proxy = Proxy(
             config, self.cache, self.metrics, self.client, OriginPolicy(current.allowed_hosts)
         )
@@ -74,7 +72,6 @@ class Sidecar:
 
         @app.get("/metrics")
         async def metrics() -> Response:
-            self.metrics.observe_cache(self.cache)
             return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
         @app.get("/healthz")
@@ -155,10 +152,7 @@ class ProxyApp:
         self.proxy = proxy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
-            return
-        if scope["type"] != "http":
+        if scope["type"] != "http":  # no lifespan: the listeners run with lifespan="off"
             return
         path: str = scope["path"]
         name = path[5:] if path.startswith("/mcp/") else ""
@@ -176,16 +170,6 @@ class ProxyApp:
         else:
             response = await self.proxy.handle(Incoming(scope, receive), name)
         await response(scope, receive, send)
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
 
 
 def uvicorn_config(

@@ -1,5 +1,6 @@
-"""MCP message rules: which requests may be answered from the cache, and which answers
-may be stored. Pure functions over decoded JSON-RPC messages; no I/O.
+"""MCP message rules: decoding and checking JSON-RPC messages, judging a final response,
+and framing stored results. Pure functions; no I/O. What is cached is decided in
+`policy`, from these facts.
 """
 
 from __future__ import annotations
@@ -151,16 +152,6 @@ def routing_header_mismatch(headers: Mapping[str, str], message: Message) -> str
         and decode_header_value(header_name) != message.params.get(name_key)
     ):
         return f"Mcp-Name header does not match the request body's {name_key!r} parameter"
-    return None
-
-
-def bypass_reason(message: Message) -> BypassReason | None:
-    """Why this request is never answered from the cache, or None if it may be."""
-    if message.method not in CACHEABLE_METHODS or not message.is_request:
-        return "method"
-    params = message.params
-    if any(name in params for name in REQUEST_STATE_PARAMS):
-        return "request_state"
     return None
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -13,24 +12,18 @@ from pathlib import Path
 import httpx
 
 from .controlplane import Authority, ControlPlane
-from .serving import end_process_group, wait_until
+from .serving import end_process_group, free_port, wait_until
 
 SIDECAR_IMAGE = "example.test/mcpcache:under-test"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class OperatorProcess:
     def __init__(self, kubeconfig: Path, webhook_ca: Authority) -> None:
         self.kubeconfig = kubeconfig
         self.dir = Path(tempfile.mkdtemp(prefix="mcpcache-operator-"))
-        self.metrics_port = _free_port()
-        self.health_port = _free_port()
-        self.webhook_port = _free_port()
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.webhook_port = free_port()
         cert, key = webhook_ca.issue("mcpcache-webhook", hosts=("127.0.0.1",))
         self.cert_file = self.dir / "tls.crt"
         self.key_file = self.dir / "tls.key"

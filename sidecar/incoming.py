@@ -1,0 +1,78 @@
+"""Reading one client request: its headers decoded once, its body read under a bound,
+and its JSON-RPC message checked before anything is looked up."""
+
+from __future__ import annotations
+
+from starlette.types import Message as ASGIMessage
+from starlette.types import Receive, Scope
+
+from .errors import REQUEST_TOO_LARGE, ProxyError
+from .headers import JSON, accepts_both, joined, media_type
+from .messages import (
+    HEADER_MISMATCH,
+    INVALID_REQUEST,
+    MalformedMessage,
+    Message,
+    parse_message,
+    routing_header_mismatch,
+)
+
+
+class Incoming:
+    """One request as the proxy needs it: the ASGI scope's parts, decoded once."""
+
+    __slots__ = ("header_bytes", "headers", "method", "raw_headers", "receive")
+
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        self.method: str = scope["method"]
+        self.receive = receive
+        raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        self.raw_headers = raw
+        self.headers = joined(raw)
+        self.header_bytes = sum(len(k) + len(v) for k, v in raw)
+
+    async def read_body(self, limit: int) -> bytes:
+        """The whole body; 413 past `limit` bytes, declared or received."""
+
+        def too_large() -> ProxyError:
+            return ProxyError(
+                413, REQUEST_TOO_LARGE, f"request body exceeds the limit of {limit} bytes"
+            )
+
+        declared = self.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise too_large()
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            event: ASGIMessage = await self.receive()
+            if event["type"] == "http.disconnect":
+                raise ProxyError(400, INVALID_REQUEST, "client disconnected mid-request")
+            chunk: bytes = event.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise too_large()
+            chunks.append(chunk)
+            if not event.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def message(self, raw: bytes) -> Message:
+        """The body as a JSON-RPC message, or the precise error for why it is not one."""
+        headers = self.headers
+        if media_type(headers) != JSON:
+            raise ProxyError(
+                415, INVALID_REQUEST, "Content-Type must be application/json for MCP requests"
+            )
+        if not accepts_both(headers.get("accept") or "*/*"):
+            raise ProxyError(
+                406,
+                INVALID_REQUEST,
+                "Accept must list both application/json and text/event-stream",
+            )
+        try:
+            message = parse_message(raw)
+        except MalformedMessage as exc:
+            raise ProxyError(400, exc.code, str(exc)) from exc
+        if message.is_request and (mismatch := routing_header_mismatch(headers, message)):
+            raise ProxyError(400, HEADER_MISMATCH, mismatch, request_id=message.id)
+        return message

@@ -12,7 +12,6 @@ import gc
 import logging
 import socket
 from collections.abc import Callable
-from typing import Literal
 
 import uvicorn
 from fastapi import FastAPI
@@ -23,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .config import SidecarConfig
 from .errors import UNKNOWN_SERVER, ProxyError
 from .incoming import Incoming
+from .listener import uvicorn_config
 from .messages import INVALID_REQUEST
 from .metrics import Metrics
 from .origin import OriginPolicy
@@ -170,27 +170,6 @@ class ProxyApp:
         else:
             response = await self.proxy.handle(Incoming(scope, receive), name)
         await response(scope, receive, send)
-
-
-def uvicorn_config(
-    app: ASGIApp, host: str, port: int, lifespan: Literal["auto", "on", "off"] = "off"
-) -> uvicorn.Config:
-    """The server settings of both listeners (benchmarks serve their baselines with these).
-
-    No access log (hits must not log), no proxy-header rewriting (the listener faces
-    loopback callers, not a proxy), no Server/Date headers.
-    """
-    return uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_config=None,
-        access_log=False,
-        proxy_headers=False,
-        lifespan=lifespan,
-        server_header=False,
-        date_header=False,
-    )
 
 
 def _server(app: ASGIApp, host: str, port: int) -> uvicorn.Server:

@@ -8,6 +8,7 @@ decisions live in `policy`; the reading in `incoming`; the relaying in `relay`.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable
 
@@ -19,6 +20,7 @@ from .capture import ResponseCapture
 from .config import Server, SidecarConfig
 from .errors import (
     FORBIDDEN,
+    LOOP_DETECTED,
     REQUEST_TOO_LARGE,
     UNKNOWN_SERVER,
     UPSTREAM_TIMEOUT,
@@ -28,7 +30,8 @@ from .errors import (
 from .headers import forward_headers, response_headers
 from .hit import HitResponse
 from .incoming import Incoming
-from .messages import Message, Verdict, method_label
+from .key import secret_digest
+from .messages import INVALID_REQUEST, Message, Verdict, method_label
 from .metrics import Metrics
 from .origin import OriginPolicy
 from .relay import Call, Relay
@@ -61,6 +64,9 @@ class Proxy:
         self.metrics = metrics
         self.client = client
         self.origin_policy = origin_policy
+        self.via_token = f"mcpcache-{secrets.token_hex(8)}"
+        """This sidecar's name in `Via`: a request that already carries it has looped."""
+        self.via = f"1.1 {self.via_token}"
 
     async def handle(self, incoming: Incoming, server_name: str) -> ASGIApp:
         try:
@@ -77,7 +83,12 @@ class Proxy:
             )
         raw = await incoming.read_body(config.max_request_bytes)
         message = incoming.message(raw)
-        plan = policy.plan(server, message, incoming.headers, config.app_id)
+        try:
+            plan = policy.plan(
+                server, message, incoming.headers, incoming.raw_headers, config.app_id
+            )
+        except policy.RequestRefused as exc:
+            raise ProxyError(400, INVALID_REQUEST, str(exc), message.id) from exc
         method = method_label(message.method)
         if isinstance(plan, policy.Bypass):
             if message.is_request:
@@ -90,12 +101,16 @@ class Proxy:
             self.metrics.count(server.name, method, "hit")
             return HitResponse.of(entry, message.id, self.cache.timer())
         self.metrics.count(server.name, method, "miss")
-        return await self._miss(incoming, server, message, raw, plan.key)
+        return await self._miss(incoming, server, message, raw, plan)
 
     def _route(self, incoming: Incoming, config: SidecarConfig, server_name: str) -> Server:
         """The listener's guards, then the named server."""
         if (problem := self.origin_policy.refusal(incoming.headers)) is not None:
             raise ProxyError(403, FORBIDDEN, problem)
+        if self.via_token in incoming.headers.get("via", ""):
+            raise ProxyError(
+                508, LOOP_DETECTED, "request already passed through this sidecar (a loop)"
+            )
         if incoming.header_bytes > config.max_header_bytes:
             raise ProxyError(
                 431,
@@ -123,6 +138,7 @@ class Proxy:
         """Forward and relay; nothing is stored. A request's answer is still followed,
         to end a stream that breaks before answering with an error the client sees."""
         call, response = await self._open(incoming, server, message, raw)
+        self._forget_ended_session(incoming, response)
         capture = None
         if message is not None and message.is_request:
             capture = ResponseCapture(message.id, response.event_stream, 0)
@@ -131,17 +147,26 @@ class Proxy:
         return _with_headers(streaming, response_headers(response.headers), status)
 
     async def _miss(
-        self, incoming: Incoming, server: Server, message: Message, raw: bytes, key: str
+        self,
+        incoming: Incoming,
+        server: Server,
+        message: Message,
+        raw: bytes,
+        lookup: policy.Lookup,
     ) -> Response:
         """Forward a cacheable request, relay its answer and store it if the policy allows."""
         call, response = await self._open(incoming, server, message, raw)
-        refused = policy.response_refusal(response.status, response.header_map)
+        self._forget_ended_session(incoming, response)
+        refused = policy.response_refusal(
+            server, response.status, response.header_map, response.event_stream
+        )
         capture = ResponseCapture(
             message.id, response.event_stream, server.cache.effective_max_size, refused
         )
 
         def store(verdict: Verdict, event_stream: bool) -> Verdict:
-            return self._store(server, key, verdict, event_stream)
+            ttl = policy.storage_ttl(server, verdict, response.header_map)
+            return self._store(server, lookup, verdict, event_stream, ttl)
 
         relay = Relay(response, call, self.metrics, capture, store)
         headers = response_headers(response.headers)
@@ -174,7 +199,7 @@ class Proxy:
             response = await self.client.open(
                 incoming.method,
                 server.url,
-                forward_headers(incoming.raw_headers),
+                forward_headers(incoming.raw_headers, self.via),
                 raw,
                 server.timeout,
                 # A GET is the server's long-lived event stream: no idle limit on it.
@@ -211,11 +236,30 @@ class Proxy:
             },
         )
 
-    def _store(self, server: Server, key: str, verdict: Verdict, event_stream: bool) -> Verdict:
+    def _forget_ended_session(self, incoming: Incoming, response: UpstreamResponse) -> None:
+        """A legacy session the upstream ended (DELETE) or no longer knows (404) takes
+        its entries with it: nobody may be answered inside it any more."""
+        session = incoming.headers.get(policy.SESSION_HEADER)
+        if session is None:
+            return
+        ended = incoming.method == "DELETE" and 200 <= response.status < 300
+        if ended or response.status == 404:
+            self.cache.purge_session(secret_digest(session))
+
+    def _store(
+        self,
+        server: Server,
+        lookup: policy.Lookup,
+        verdict: Verdict,
+        event_stream: bool,
+        ttl: float,
+    ) -> Verdict:
         """Store a storable answer; count why not otherwise."""
         if verdict.reason is None:
-            ttl = policy.storage_ttl(server, verdict)
-            if self.cache.store(key, verdict.result, event_stream, ttl) is None:
+            stored = self.cache.store(
+                lookup.key, verdict.result, event_stream, ttl, session=lookup.session
+            )
+            if stored is None:
                 verdict = Verdict("over_budget")
         if verdict.reason is not None:
             self.metrics.not_stored.labels(server.name, verdict.reason).inc()

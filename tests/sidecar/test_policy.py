@@ -21,10 +21,14 @@ def request(method: str = "tools/call", **params: Any) -> Message:
     return Message({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 
 
+def plan(server: Server, message: Message, headers: dict[str, str], app: str = "agent") -> Any:
+    return policy.plan(server, message, headers, list(headers.items()), app)
+
+
 def test_a_cacheable_call_is_looked_up_under_a_key() -> None:
-    plan = policy.plan(server(), request(name="search", arguments={"q": "x"}), {}, "agent")
-    assert isinstance(plan, policy.Lookup)
-    assert len(plan.key) == 64
+    plan_ = plan(server(), request(name="search", arguments={"q": "x"}), {})
+    assert isinstance(plan_, policy.Lookup)
+    assert len(plan_.key) == 64
 
 
 @pytest.mark.parametrize(
@@ -42,21 +46,19 @@ def test_a_cacheable_call_is_looked_up_under_a_key() -> None:
     ],
 )
 def test_requests_the_cache_never_answers(message: Message, reason: str, fwd: str) -> None:
-    plan = policy.plan(server(), message, {}, "agent")
-    assert plan == policy.Bypass(reason)  # type: ignore[arg-type]
-    assert isinstance(plan, policy.Bypass)
-    assert plan.fwd == fwd
+    decided = plan(server(), message, {})
+    assert decided == policy.Bypass(reason)
+    assert decided.fwd == fwd
 
 
 def test_a_server_with_caching_off_is_bypassed() -> None:
-    plan = policy.plan(server(enabled=False), request(name="t"), {}, "agent")
-    assert plan == policy.Bypass("disabled")
+    assert plan(server(enabled=False), request(name="t"), {}) == policy.Bypass("disabled")
 
 
 def test_the_key_depends_on_the_caller_and_the_credential() -> None:
     message = request(name="t", arguments={})
     keys = {
-        policy.plan(server(), message, headers, app)
+        plan(server(), message, headers, app)
         for app in ("a", "b")
         for headers in ({}, {"authorization": "Bearer 1"}, {"authorization": "Bearer 2"})
     }
@@ -75,10 +77,10 @@ def test_the_key_depends_on_the_caller_and_the_credential() -> None:
     ],
 )
 def test_response_refusal(status: int, headers: dict[str, str], reason: str | None) -> None:
-    assert policy.response_refusal(status, headers) == reason
+    assert policy.response_refusal(server(), status, headers, event_stream=False) == reason
 
 
 def test_storage_ttl_is_the_shorter_of_the_server_ttl_and_the_result_hint() -> None:
-    assert policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}")) == 60
-    assert policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}", ttl_cap=5)) == 5
-    assert policy.storage_ttl(server(ttl="2s"), Verdict(None, b"{}", ttl_cap=5)) == 2
+    assert policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}"), {}) == 60
+    assert policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}", ttl_cap=5), {}) == 5
+    assert policy.storage_ttl(server(ttl="2s"), Verdict(None, b"{}", ttl_cap=5), {}) == 2

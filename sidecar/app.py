@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .config import SidecarConfig
+from .config import Address, SidecarConfig
 from .errors import UNKNOWN_SERVER, ProxyError
 from .incoming import Incoming
 from .listener import uvicorn_config
@@ -95,8 +95,8 @@ class Sidecar:
         self.loop = asyncio.get_running_loop()
         current = self.config()
         servers = self._servers = [
-            _server(self.proxy_app(), current.listen.host, current.listen.port),
-            _server(self.metrics_app(), current.metrics.host, current.metrics.port),
+            _server(self.proxy_app(), current.listen, current),
+            _server(self.metrics_app(), current.metrics, current),
         ]
         sockets = [proxy_socket, metrics_socket]
         tasks = [
@@ -172,5 +172,13 @@ class ProxyApp:
         await response(scope, receive, send)
 
 
-def _server(app: ASGIApp, host: str, port: int) -> uvicorn.Server:
-    return uvicorn.Server(uvicorn_config(app, host, port))
+def _server(app: ASGIApp, address: Address, config: SidecarConfig) -> uvicorn.Server:
+    return uvicorn.Server(
+        uvicorn_config(
+            app,
+            address.host,
+            address.port,
+            header_timeout=config.header_timeout,
+            max_connections=config.max_connections,
+        )
+    )

@@ -82,7 +82,14 @@ class ConfigSource:
 
     def _warn_fixed_fields(self, new: SidecarConfig) -> None:
         old = self.current
-        for field in ("listen", "metrics", "cache", "allowed_hosts"):
+        for field in (
+            "listen",
+            "metrics",
+            "cache",
+            "allowed_hosts",
+            "header_timeout",
+            "max_connections",
+        ):
             if getattr(old, field) != getattr(new, field):
                 logger.warning(
                     "configuration field changed but takes effect only on restart",

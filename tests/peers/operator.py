@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import socket
@@ -9,8 +10,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import httpx
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from .controlplane import Authority, ControlPlane
 from .serving import end_process_group, wait_until
@@ -25,8 +29,11 @@ def _free_port() -> int:
 
 
 class OperatorProcess:
-    def __init__(self, kubeconfig: Path, webhook_ca: Authority) -> None:
+    def __init__(
+        self, kubeconfig: Path, webhook_ca: Authority, namespaces: tuple[str, ...] = ()
+    ) -> None:
         self.kubeconfig = kubeconfig
+        self.namespaces = namespaces
         self.dir = Path(tempfile.mkdtemp(prefix="mcpcache-operator-"))
         self.metrics_port = _free_port()
         self.health_port = _free_port()
@@ -48,6 +55,7 @@ class OperatorProcess:
             "MCPCACHE_WEBHOOK_CERT": str(self.cert_file),
             "MCPCACHE_WEBHOOK_KEY": str(self.key_file),
             "MCPCACHE_SIDECAR_IMAGE": SIDECAR_IMAGE,
+            "MCPCACHE_NAMESPACES": ",".join(self.namespaces),
         }
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(
@@ -70,7 +78,8 @@ class OperatorProcess:
         if self.process.poll() is not None:
             raise RuntimeError(f"operator exited:\n{self.log_tail()}")
         try:
-            return httpx.get(f"http://127.0.0.1:{self.health_port}/healthz").status_code == 200
+            url = f"http://127.0.0.1:{self.health_port}/healthz"
+            return httpx.get(url, timeout=5).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -82,7 +91,15 @@ class OperatorProcess:
         return "\n".join(text.splitlines()[-lines:])
 
     def metrics(self) -> str:
-        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics").text
+        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+
+    def sample(self, name: str, **labels: str) -> float | None:
+        """One sample of the operator's /metrics, or None when it is not there."""
+        for family in text_string_to_metric_families(self.metrics()):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == labels:
+                    return float(sample.value)
+        return None
 
     def stop(self) -> None:
         if self.process is not None:
@@ -90,20 +107,99 @@ class OperatorProcess:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def install_operator_rbac(plane: ControlPlane, chart: Path, namespace: str) -> Path:
-    """Apply the chart's ServiceAccount and RBAC only; return that account's kubeconfig."""
-    rendered = plane.run_helm(
-        "template",
-        "mcpcache",
-        str(chart),
-        "--namespace",
-        namespace,
-        "--show-only",
-        "templates/serviceaccount.yaml",
-        "--show-only",
-        "templates/rbac.yaml",
-    ).stdout
-    manifest = plane.dir / "operator-rbac.yaml"
-    manifest.write_text(rendered)
+RELEASE = "mcpcache"
+OPERATOR_NAMESPACE = "mcpcache-system"
+
+
+def service_account(release: str) -> str:
+    """The operator's service account in a release of the chart (see _helpers.tpl)."""
+    fullname = release if "mcpcache" in release else f"{release}-mcpcache"
+    return f"{fullname}-operator"
+
+
+def render_chart(
+    plane: ControlPlane,
+    chart: Path,
+    namespace: str,
+    *templates: str,
+    values: tuple[str, ...] = (),
+    release: str = RELEASE,
+) -> list[dict[str, Any]]:
+    """The chart's documents from `templates` (all when none), rendered by helm."""
+    args = ["template", release, str(chart), "--namespace", namespace]
+    for template in templates:
+        args += ["--show-only", f"templates/{template}"]
+    for value in values:
+        args += ["--set", value]
+    rendered = plane.run_helm(*args).stdout
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def apply(plane: ControlPlane, documents: list[dict[str, Any]], name: str) -> None:
+    manifest = plane.dir / f"{name}.yaml"
+    manifest.write_text(yaml.safe_dump_all(documents))
     plane.run_kubectl("apply", "-f", str(manifest))
-    return plane.service_account_kubeconfig(namespace, "mcpcache-operator")
+
+
+def install_operator_rbac(
+    plane: ControlPlane,
+    chart: Path,
+    namespace: str,
+    values: tuple[str, ...] = (),
+    release: str = RELEASE,
+    may_create_in: str | None = None,
+) -> Path:
+    """Apply the chart's ServiceAccount, RBAC and admission policy only; return that
+    account's kubeconfig. The policy is in force when this returns (checked in
+    `may_create_in`, a namespace where RBAC lets the account create; default: its own)."""
+    documents = render_chart(
+        plane,
+        chart,
+        namespace,
+        "serviceaccount.yaml",
+        "rbac.yaml",
+        "admissionpolicy.yaml",
+        values=values,
+        release=release,
+    )
+    apply(plane, documents, f"operator-rbac-{release}")
+    kubeconfig = plane.service_account_kubeconfig(namespace, service_account(release))
+    probe = may_create_in or namespace
+    wait_until(lambda: _policy_refuses(plane, kubeconfig, probe), 30, "the admission policy")
+    return kubeconfig
+
+
+def _policy_refuses(plane: ControlPlane, kubeconfig: Path, namespace: str) -> bool:
+    """Whether the admission policy already refuses the operator another ConfigMap
+    (asked with a server-side dry run, which creates nothing)."""
+    result = plane.run_kubectl(
+        "create",
+        "configmap",
+        "not-the-operators",
+        "-n",
+        namespace,
+        "--dry-run=server",
+        kubeconfig=kubeconfig,
+        check=False,
+    )
+    return result.returncode != 0 and "may create only" in result.stderr
+
+
+def register_chart_webhook(
+    plane: ControlPlane, chart: Path, namespace: str, url: str, ca: bytes
+) -> str:
+    """The chart's own MutatingWebhookConfiguration (selectors, rules, policy), with its
+    service reference replaced by `url`: the test API server has no cluster network to
+    reach a Service through. Fail, not Ignore, so that a broken webhook fails tests."""
+    (configuration,) = [
+        d
+        for d in render_chart(
+            plane, chart, namespace, "webhook.yaml", values=("webhook.failurePolicy=Fail",)
+        )
+        if d["kind"] == "MutatingWebhookConfiguration"
+    ]
+    for webhook in configuration["webhooks"]:
+        webhook["clientConfig"] = {"url": url, "caBundle": base64.b64encode(ca).decode()}
+        webhook["timeoutSeconds"] = 10
+    apply(plane, [configuration], "webhook")
+    return str(configuration["metadata"]["name"])

@@ -13,9 +13,9 @@ from kubernetes import client
 from peers.controlplane import BIN_ENV, Authority, ControlPlane
 from peers.operator import (
     OPERATOR_NAMESPACE,
+    ChartWebhook,
     OperatorProcess,
     install_operator_rbac,
-    register_chart_webhook,
 )
 from peers.paths import CHART, CRD
 from peers.serving import ServedApp, wait_until
@@ -126,20 +126,19 @@ def webhook_ca() -> Authority:
 
 
 @pytest.fixture(scope="session")
-def operator(
-    control_plane: ControlPlane, crd: None, webhook_ca: Authority
-) -> Iterator[OperatorProcess]:
-    """The operator, running as its service account with only the chart's RBAC, behind
-    the chart's own webhook configuration."""
+def operator(control_plane: ControlPlane, crd: None) -> Iterator[OperatorProcess]:
+    """The operator, running as its service account with only the chart's RBAC, serving
+    the certificate the chart generated, behind the chart's own webhook configuration
+    (reached through its Service)."""
     core = client.CoreV1Api(control_plane.api_client())
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=OPERATOR_NAMESPACE)))
     kubeconfig = install_operator_rbac(control_plane, CHART, OPERATOR_NAMESPACE)
-    process = OperatorProcess(kubeconfig, webhook_ca).start()
-    url = f"https://127.0.0.1:{process.webhook_port}/inject-sidecar"
-    name = register_chart_webhook(control_plane, CHART, OPERATOR_NAMESPACE, url, webhook_ca.pem)
+    webhook = ChartWebhook(control_plane, CHART, OPERATOR_NAMESPACE)
+    process = OperatorProcess(kubeconfig, webhook.certificate).start()
+    webhook.install(process.webhook_port)
     try:
         yield process
     finally:
         admission = client.AdmissionregistrationV1Api(control_plane.api_client())
-        admission.delete_mutating_webhook_configuration(name, _request_timeout=30)
+        admission.delete_mutating_webhook_configuration(webhook.name, _request_timeout=30)
         process.stop()

@@ -1,5 +1,6 @@
 """Sidecar injection through the real API server and the operator's TLS webhook, as the
-chart configures it (objectSelector, namespaceSelector, failure policy)."""
+chart installs it: its configuration (selectors, service reference), its generated
+certificate, its Service (resolved through an EndpointSlice to the operator process)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,19 @@ def pod(
 
 def create(core: client.CoreV1Api, namespace: str, body: dict, **kwargs: object) -> client.V1Pod:
     return core.create_namespaced_pod(namespace, body, _request_timeout=30, **kwargs)
+
+
+def test_the_api_server_calls_the_charts_webhook_through_its_service(control_plane, operator):
+    admission = client.AdmissionregistrationV1Api(control_plane.api_client())
+    (webhook,) = admission.read_mutating_webhook_configuration(
+        "mcpcache-inject", _request_timeout=30
+    ).webhooks
+    assert webhook.client_config.url is None
+    assert (webhook.client_config.service.name, webhook.client_config.service.port) == (
+        "mcpcache-webhook",
+        443,
+    )
+    assert webhook.object_selector.match_labels == INJECT
 
 
 def test_a_labelled_pod_gets_the_native_sidecar(core, namespace) -> None:

@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from .controlplane import Authority, ControlPlane
@@ -30,15 +33,23 @@ def _free_port() -> int:
 
 class OperatorProcess:
     def __init__(
-        self, kubeconfig: Path, webhook_ca: Authority, namespaces: tuple[str, ...] = ()
+        self,
+        kubeconfig: Path,
+        webhook_tls: Authority | tuple[bytes, bytes],
+        namespaces: tuple[str, ...] = (),
     ) -> None:
+        """`webhook_tls` is a CA to issue a serving certificate for 127.0.0.1, or a
+        certificate and key (PEM) to serve as they are."""
         self.kubeconfig = kubeconfig
         self.namespaces = namespaces
         self.dir = Path(tempfile.mkdtemp(prefix="mcpcache-operator-"))
         self.metrics_port = _free_port()
         self.health_port = _free_port()
         self.webhook_port = _free_port()
-        cert, key = webhook_ca.issue("mcpcache-webhook", hosts=("127.0.0.1",))
+        if isinstance(webhook_tls, Authority):
+            cert, key = webhook_tls.issue("mcpcache-webhook", hosts=("127.0.0.1",))
+        else:
+            cert, key = webhook_tls
         self.cert_file = self.dir / "tls.crt"
         self.key_file = self.dir / "tls.key"
         self.cert_file.write_bytes(cert)
@@ -185,21 +196,67 @@ def _policy_refuses(plane: ControlPlane, kubeconfig: Path, namespace: str) -> bo
     return result.returncode != 0 and "may create only" in result.stderr
 
 
-def register_chart_webhook(
-    plane: ControlPlane, chart: Path, namespace: str, url: str, ca: bytes
-) -> str:
-    """The chart's own MutatingWebhookConfiguration (selectors, rules, policy), with its
-    service reference replaced by `url`: the test API server has no cluster network to
-    reach a Service through. Fail, not Ignore, so that a broken webhook fails tests."""
-    (configuration,) = [
-        d
-        for d in render_chart(
-            plane, chart, namespace, "webhook.yaml", values=("webhook.failurePolicy=Fail",)
+def node_address() -> str:
+    """A local IPv4 address other than loopback (an EndpointSlice may not hold loopback)."""
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family == socket.AF_INET and not address.address.startswith("127."):
+                return str(address.address)
+    raise RuntimeError("the chart's webhook test needs a non-loopback IPv4 address")
+
+
+class ChartWebhook:
+    """The chart's webhook as installed: its Secret (the generated CA and serving
+    certificate), Service and MutatingWebhookConfiguration, applied unchanged but for a
+    Fail policy. The API server reaches the Service through an EndpointSlice that points
+    at the operator process on this machine's address."""
+
+    def __init__(self, plane: ControlPlane, chart: Path, namespace: str) -> None:
+        self.plane = plane
+        self.namespace = namespace
+        values = ("webhook.failurePolicy=Fail", "webhook.timeoutSeconds=10")
+        self.documents = render_chart(
+            plane, chart, namespace, "webhook.yaml", "service.yaml", values=values
         )
-        if d["kind"] == "MutatingWebhookConfiguration"
-    ]
-    for webhook in configuration["webhooks"]:
-        webhook["clientConfig"] = {"url": url, "caBundle": base64.b64encode(ca).decode()}
-        webhook["timeoutSeconds"] = 10
-    apply(plane, [configuration], "webhook")
-    return str(configuration["metadata"]["name"])
+        (tls,) = [d for d in self.documents if d["metadata"]["name"].endswith("-webhook-tls")]
+        self.certificate = (
+            base64.b64decode(tls["data"]["tls.crt"]),
+            base64.b64decode(tls["data"]["tls.key"]),
+        )
+        (self.service,) = [d for d in self.documents if d["kind"] == "Service"]
+        (configuration,) = [
+            d for d in self.documents if d["kind"] == "MutatingWebhookConfiguration"
+        ]
+        self.name = str(configuration["metadata"]["name"])
+
+    def install(self, port: int) -> None:
+        """Apply it all, with the Service's endpoint at `port` on this machine."""
+        service = self.service["metadata"]["name"]
+        endpoints = {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": f"{service}-local",
+                "namespace": self.namespace,
+                "labels": {"kubernetes.io/service-name": service},
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [node_address()], "conditions": {"ready": True}}],
+            "ports": [{"name": "webhook", "port": port, "protocol": "TCP"}],
+        }
+        apply(self.plane, [*self.documents, endpoints], "webhook")
+        wait_until(self.answers, 30, "the API server to call the chart's webhook")
+
+    def answers(self) -> bool:
+        """Whether the API server already calls the webhook: a labelled pod, created as a
+        dry run (nothing is stored), comes back with the sidecar."""
+        core = client.CoreV1Api(self.plane.api_client())
+        pod = {
+            "metadata": {"name": "probe", "labels": {"mcpcache.io/inject": "true"}},
+            "spec": {"containers": [{"name": "agent", "image": "agent:1"}]},
+        }
+        try:
+            created = core.create_namespaced_pod("default", pod, dry_run="All", _request_timeout=30)
+        except ApiException:
+            return False
+        return bool(created.spec.init_containers)

@@ -9,8 +9,21 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from peers.paths import ROOT
+from mcpcache.sidecar.config import (
+    RESOURCE_GROUP,
+    RESOURCE_KIND,
+    RESOURCE_PLURAL,
+    RESOURCE_VERSION,
+)
+from peers.paths import CRD, ROOT
 from peers.resources import GROUP, PLURAL, VERSION, mcpserver, new_namespace
+
+
+def test_the_crd_names_are_the_ones_the_code_uses() -> None:
+    spec = yaml.safe_load(CRD.read_text())["spec"]
+    assert spec["group"] == RESOURCE_GROUP
+    assert [v["name"] for v in spec["versions"]] == [RESOURCE_VERSION]
+    assert (spec["names"]["kind"], spec["names"]["plural"]) == (RESOURCE_KIND, RESOURCE_PLURAL)
 
 
 @pytest.fixture

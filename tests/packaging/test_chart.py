@@ -269,6 +269,13 @@ def test_helm_install_upgrade_renewal_and_uninstall(control_plane) -> None:
         (rotated_leaf,) = certificates(base64.b64decode(rotated["tls.crt"]))
         assert signed_by(rotated_leaf, authorities[:1])
         assert signed_by(new_leaf, authorities)
+
+        # From a release that kept no CA Secret: a new CA, the old one still trusted.
+        core.delete_namespaced_secret(f"{fullname}-webhook-ca", namespace, _request_timeout=30)
+        upgrade()
+        _, from_old = tls()
+        assert certificates(from_old)[1:] == authorities
+        assert certificates(from_old)[0] not in authorities
     finally:
         control_plane.run_helm("uninstall", release, "--namespace", namespace, "--wait")
     for read in (

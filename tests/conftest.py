@@ -11,6 +11,8 @@ import pytest
 from kubernetes import client
 
 from peers.controlplane import BIN_ENV, Authority, ControlPlane
+from peers.echo import EchoUpstream
+from peers.faulty import FaultyUpstream
 from peers.operator import (
     OPERATOR_NAMESPACE,
     ChartWebhook,
@@ -18,7 +20,7 @@ from peers.operator import (
     install_operator_rbac,
 )
 from peers.paths import CHART, CRD
-from peers.serving import ServedApp, wait_until
+from peers.serving import ServedApp, served, wait_until
 from peers.sidecar import RunningSidecar
 from peers.upstream import Upstream
 
@@ -39,6 +41,22 @@ def json_upstream() -> Iterator[tuple[Upstream, ServedApp]]:
     app = ServedApp(peer.app(json_response=True)).start()
     yield peer, app
     app.stop()
+
+
+@pytest.fixture(scope="session")
+def echo_upstream() -> Iterator[tuple[EchoUpstream, ServedApp]]:
+    """A raw upstream that answers as each call's arguments ask (see `peers.echo`)."""
+    peer = EchoUpstream()
+    with served(peer, lifespan="off") as app:
+        yield peer, app
+
+
+@pytest.fixture(scope="session")
+def faulty_upstream() -> Iterator[FaultyUpstream]:
+    """A raw-socket upstream whose path picks a fault (see `peers.faulty`)."""
+    peer = FaultyUpstream().start()
+    yield peer
+    peer.stop()
 
 
 SidecarFactory = Callable[..., RunningSidecar]

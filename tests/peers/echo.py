@@ -3,8 +3,9 @@
 For what the SDK server cannot be told to do: set cookies, `Vary` and `Cache-Control`
 on an answer, answer with a task handle, or stream one enormous event. The tool's
 arguments choose the answer's extra headers (`respond_headers`), its result shape
-(`result`, or `result_json` for JSON text put in as it is), a gate to wait on (`hold`)
-and, for `huge_event`, the size of a single event-stream event it streams.
+(`result`, or `result_json` for JSON text put in as it is; `error` for a JSON-RPC error
+response instead), a gate to wait on (`hold`) and, for `huge_event`, the size of a
+single event-stream event it streams.
 Every request's headers are recorded.
 """
 
@@ -69,6 +70,10 @@ class EchoUpstream:
         answer = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": result})
         if "result_json" in arguments:  # a result given as JSON text, numbers as written
             answer = answer.replace(json.dumps(result), arguments["result_json"])
+        if "error" in arguments:  # a JSON-RPC error response (HTTP 200, as servers send it)
+            answer = json.dumps(
+                {"jsonrpc": "2.0", "id": request.get("id"), "error": arguments["error"]}
+            )
         await send(
             {
                 "type": "http.response.start",

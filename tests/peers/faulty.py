@@ -7,6 +7,9 @@ loopback socket. Each request's path picks the fault:
 - `/status-500`: an HTTP 500 with a JSON-RPC error body.
 - `/reset-mid-stream`: SSE headers, one progress event, then a TCP reset.
 - `/truncated-event`: SSE headers, half an event, then a clean close.
+- `/resumable-end`: SSE headers, one progress event with an event id, then a clean
+  close before the answer (a client may resume such a stream).
+- `/cut-json`: a JSON body announced as 1000 bytes, closed after 100 (a broken body).
 - `/gated-json?bytes=N&gate=NAME`: a JSON body of N bytes, the first half at once, the
   rest when the test opens the gate.
 """
@@ -89,6 +92,10 @@ class FaultyUpstream:
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         elif fault == "truncated-event":
             conn.sendall(_head(200, "text/event-stream") + b'event: message\ndata: {"jsonrpc":')
+        elif fault == "resumable-end":
+            conn.sendall(_head(200, "text/event-stream") + b"id: 1\n" + PROGRESS)
+        elif fault == "cut-json":
+            conn.sendall(_head(200, "application/json", 1000) + b'{"jsonrpc":"2.0",' * 6)
         elif fault == "gated-json":
             size = int(query["bytes"][0])
             body = b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"'

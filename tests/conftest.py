@@ -67,8 +67,12 @@ def make_sidecar(tmp_path: Path) -> Iterator[SidecarFactory]:
     """Start sidecars from config documents; stopped at the end of the test."""
     running: list[RunningSidecar] = []
 
-    def start(document: dict[str, Any]) -> RunningSidecar:
-        sidecar = RunningSidecar(tmp_path / f"sidecar-{len(running)}.yaml", document).start()
+    def start(document: dict[str, Any], projected: bool = False) -> RunningSidecar:
+        """`projected`: in a folder of its own, updated as the kubelet updates a mount."""
+        path = tmp_path / f"sidecar-{len(running)}.yaml"
+        if projected:
+            path = tmp_path / f"mounted-{len(running)}" / "config.yaml"
+        sidecar = RunningSidecar(path, document, projected).start()
         running.append(sidecar)
         return sidecar
 

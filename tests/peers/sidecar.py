@@ -1,7 +1,12 @@
-"""A real sidecar for tests: config file on disk, both listeners on loopback sockets."""
+"""A real sidecar for tests, in this process or as its own: config file on disk, both
+listeners on loopback sockets."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +17,18 @@ from prometheus_client.parser import text_string_to_metric_families
 from mcpcache.sidecar.app import Sidecar
 from mcpcache.sidecar.reload import ConfigSource
 
-from .serving import ThreadLoop, loopback_socket, wait_until
+from .kubelet import project
+from .serving import ThreadLoop, end_process_group, free_port, loopback_socket, wait_until
 
 
 class RunningSidecar:
-    def __init__(self, config_path: Path, document: dict[str, Any]) -> None:
+    def __init__(
+        self, config_path: Path, document: dict[str, Any], projected: bool = False
+    ) -> None:
+        """`projected`: the config file is laid out and updated as the kubelet projects
+        a ConfigMap (a symlink through `..data`), not replaced by a rename."""
         self.config_path = config_path
+        self.projected = projected
         self.write_config(document)
         self.source = ConfigSource(config_path, environ={})
         self.sidecar = Sidecar(self.source)
@@ -30,6 +41,9 @@ class RunningSidecar:
         )
 
     def write_config(self, document: dict[str, Any]) -> None:
+        if self.projected:
+            project(self.config_path.parent, {self.config_path.name: yaml.safe_dump(document)})
+            return
         tmp = self.config_path.with_suffix(".tmp")
         tmp.write_text(yaml.safe_dump(document))
         tmp.replace(self.config_path)
@@ -82,3 +96,80 @@ def sample(samples: Samples, name: str, **labels: str) -> float:
 def one_server(url: str, name: str = "s", **cache: Any) -> dict[str, Any]:
     """A config document with one cached server (`cache` overrides its cache fields)."""
     return {"servers": [{"name": name, "url": url, "cache": {"enabled": True, **cache}}]}
+
+
+SIDECAR_COMMAND = (sys.executable, "-m", "mcpcache.sidecar.cli", "sidecar")
+
+
+class SidecarProcess:
+    """`mcpcache sidecar --config FILE` as a real process on loopback ports, its stderr
+    (the structured log) kept in a file beside the config."""
+
+    def __init__(self, config_path: Path, document: dict[str, Any]) -> None:
+        self.config_path = config_path
+        self.port, self.metrics_port = free_port(), free_port()
+        listeners = {
+            "listen": {"host": "127.0.0.1", "port": self.port},
+            "metrics": {"host": "127.0.0.1", "port": self.metrics_port},
+        }
+        self.document = listeners | document
+        self.stderr_path = config_path.with_suffix(".stderr")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def write_config(self, document: dict[str, Any]) -> None:
+        tmp = self.config_path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(document))
+        tmp.replace(self.config_path)
+
+    def start(self, environ: dict[str, str] | None = None) -> SidecarProcess:
+        self.write_config(self.document)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MCPCACHE_")}
+        with self.stderr_path.open("wb") as stderr:
+            self.process = subprocess.Popen(
+                [*SIDECAR_COMMAND, "--config", str(self.config_path)],
+                env=env | (environ or {}),
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,
+            )
+        wait_until(self.ready, 30, "the sidecar process to be ready")
+        return self
+
+    def ready(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the sidecar exited:\n{self.stderr()}")
+        try:
+            return httpx.get(f"{self.metrics_url}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None:
+            end_process_group(self.process)
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        """Every complete stderr line, each parsed as one JSON object (or the test fails)."""
+        lines = self.stderr().splitlines(keepends=True)
+        if lines and not lines[-1].endswith("\n"):
+            lines.pop()  # still being written
+        records = []
+        for line in lines:
+            record = json.loads(line)
+            assert isinstance(record, dict), f"not one JSON object: {line!r}"
+            records.append(record)
+        return records
+
+    def url(self, server: str) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp/{server}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    def sample(self, name: str, **labels: str) -> float:
+        text = httpx.get(f"{self.metrics_url}/metrics", timeout=10).text
+        return sample(parse_samples(text), name, **labels)

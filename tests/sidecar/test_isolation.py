@@ -52,8 +52,9 @@ CALL = st.tuples(
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(batches=st.lists(st.lists(CALL, min_size=1, max_size=12), min_size=1, max_size=4))
-def test_no_answer_ever_carries_another_callers_result_or_id(sidecar, batches) -> None:
+def no_answer_ever_carries_another_callers_result_or_id(sidecar, batches) -> None:
     run = uuid.uuid4().hex[:8]
+    answered: set[tuple[str | None, str]] = set()  # stored in an earlier batch: repeats hit
 
     async def one(
         http: httpx.AsyncClient, token: str | None, argument: str, request_id: int
@@ -68,10 +69,22 @@ def test_no_answer_ever_carries_another_callers_result_or_id(sidecar, batches) -
         text = answer["result"]["content"][0]["text"]
         user = f"Bearer {token}" if token else "anonymous"
         assert text.startswith(f"user={user} text={run}-{argument} #")
+        if (token, argument) in answered:
+            assert response.headers["cache-status"] == "mcpcache; hit"
 
     async def main() -> None:
         async with httpx.AsyncClient(timeout=30) as http:
             for batch in batches:
                 await asyncio.gather(*(one(http, *call) for call in batch))
+                answered.update((token, argument) for token, argument, _ in batch)
 
     asyncio.run(main())
+
+
+def test_no_answer_ever_carries_another_callers_result_or_id(sidecar) -> None:
+    no_answer_ever_carries_another_callers_result_or_id(sidecar)
+    # The property must have been exercised on hits, or it proves nothing.
+    hits = sidecar.sample(
+        "mcpcache_requests_total", server="json", method="tools/call", outcome="hit"
+    )
+    assert hits > 0

@@ -1,5 +1,6 @@
-"""The cache under random operations: budgets hold, nothing stale is served, and eviction
-always takes the entries nearest to expiry."""
+"""The cache under random operations: budgets hold, nothing stale is served, what is
+stored and fresh is served, and eviction takes the entries nearest to expiry, only as
+many as it must."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ class CacheMachine(RuleBasedStateMachine):
         self.now = 0.0
         self.cache = ResponseCache(max_entries=5, max_bytes=1000, timer=lambda: self.now)
         self.last: dict[str, bytes] = {}
+        self.expiry: dict[str, float] = {}
+        """When each entry the cache should still hold expires (a model of the cache)."""
 
     @rule(key=KEYS, size=st.integers(0, 1200), ttl=st.floats(0, 50, allow_nan=False))
     def store(self, key: str, size: int, ttl: float) -> None:
@@ -28,12 +31,20 @@ class CacheMachine(RuleBasedStateMachine):
             assert ttl <= 0 or size > 1000
             return
         self.last[key] = value
+        self.expiry[key] = self.now + ttl
         survivors = {k: e for k, e in self.cache.items() if k != key}
         evicted = [e for k, e in before.items() if k not in survivors and k != key]
+        for gone in [k for k in self.expiry if k != key and k not in survivors]:
+            del self.expiry[gone]
         if evicted and survivors:
             assert max(e.expires_at for e in evicted) <= min(
                 e.expires_at for e in survivors.values()
             )
+        if evicted and key not in before:
+            # Only as many as needed: the last one evicted would not have fitted beside it.
+            last = max(evicted, key=lambda e: e.expires_at)
+            kept = sum(e.size for e in survivors.values())
+            assert len(survivors) + 2 > 5 or kept + size + last.size > 1000
 
     @rule(seconds=st.floats(0, 20, allow_nan=False))
     def wait(self, seconds: float) -> None:
@@ -44,9 +55,26 @@ class CacheMachine(RuleBasedStateMachine):
     def lookup(self, data: st.DataObject) -> None:
         key = data.draw(st.sampled_from(sorted(self.last)))
         entry = self.cache.get_fresh(key)
+        if key in self.expiry and self.expiry[key] > self.now:
+            assert entry is not None, "a stored, fresh, unevicted entry must be served"
         if entry is not None:
             assert entry.expires_at > self.now
             assert entry.result == self.last[key]
+        if key in self.expiry and self.expiry[key] <= self.now:
+            assert entry is None
+            del self.expiry[key]
+
+    @rule()
+    def expire(self) -> None:
+        expired = {k for k, at in self.expiry.items() if at <= self.now}
+        assert self.cache.expire() == len(expired)
+        assert not expired & set(self.cache)
+        for key in expired:
+            del self.expiry[key]
+
+    @invariant()
+    def holds_what_the_model_holds(self) -> None:
+        assert set(self.cache) == set(self.expiry)
 
     @invariant()
     def within_budgets(self) -> None:

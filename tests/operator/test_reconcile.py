@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 import yaml
@@ -176,11 +178,61 @@ def test_namespaces_are_separate(control_plane, operator, objects, core) -> None
     objects.create_namespaced_custom_object(GROUP, VERSION, first, PLURAL, mcpserver("only-here"))
     wait_until(lambda: servers(core, first), 30, "the first namespace's configmap")
     assert servers(core, second) is None
+    there = mcpserver("only-there", url="http://tickets.tools.svc:8000/mcp")
+    objects.create_namespaced_custom_object(GROUP, VERSION, second, PLURAL, there)
+    wait_until(lambda: servers(core, second), 30, "the second namespace's configmap")
+    assert set(servers(core, first)) == {"only-here"}
+    assert set(servers(core, second)) == {"only-there"}
+    assert servers(core, second)["only-there"].url == "http://tickets.tools.svc:8000/mcp"
 
 
-def test_operator_metrics_and_health(operator) -> None:
-    text = operator.metrics()
-    assert 'mcpcache_operator_reconciles_total{result="ok"}' in text
+def test_operator_metrics_and_health(operator, namespace, objects, core) -> None:
+    before = operator.sample("mcpcache_operator_reconciles_total", result="ok")
+    errors = operator.sample("mcpcache_operator_reconciles_total", result="error")
+    objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, mcpserver("m"))
+    wait_until(lambda: servers(core, namespace), 30, "the configmap")
+    wait_until(
+        lambda: operator.sample("mcpcache_operator_reconciles_total", result="ok") > before,
+        30,
+        "the reconcile to be counted",
+    )
+    assert operator.sample("mcpcache_operator_reconciles_total", result="error") == errors
+    assert operator.sample("mcpcache_operator_mcpservers", namespace=namespace) == 1
     for _ in range(3):
         assert httpx.get(f"http://127.0.0.1:{operator.health_port}/healthz", timeout=5).is_success
     assert "aiohttp.access" not in operator.log_tail(5000), "a probe writes no log line"
+
+
+def test_kubectl_get_mcps_shows_the_effective_values_of_a_clamped_server(
+    control_plane, namespace, objects
+) -> None:
+    objects.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        mcpserver("docs", enabled=True, ttl="60s", maxSize="256Ki"),
+    )
+    objects.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, mcpserver("big", enabled=True, maxSize="8Mi")
+    )
+
+    def rows() -> dict[str, dict[str, str]] | None:
+        out = control_plane.run_kubectl("get", "mcps", "-n", namespace).stdout
+        header, *lines = [re.split(r"\s{2,}", line.strip()) for line in out.splitlines()]
+        table = {line[0]: dict(zip(header, line, strict=True)) for line in lines}
+        ready = all(row.get("READY") == "True" for row in table.values())
+        return table if len(table) == 2 and ready else None
+
+    table = wait_until(rows, 30, "both servers to be ready")
+    assert list(table["big"]) == ["NAME", "URL", "CACHE", "TTL", "MAX SIZE", "READY", "AGE"]
+    assert {k: table["big"][k] for k in ("CACHE", "TTL", "MAX SIZE")} == {
+        "CACHE": "true",
+        "TTL": "30s",
+        "MAX SIZE": "1Mi",
+    }
+    assert {k: table["docs"][k] for k in ("CACHE", "TTL", "MAX SIZE")} == {
+        "CACHE": "true",
+        "TTL": "1m",
+        "MAX SIZE": "256Ki",
+    }

@@ -18,6 +18,8 @@ from cryptography.exceptions import InvalidSignature
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from mcpcache.operator.injection import plan_injection
+from mcpcache.operator.settings import OperatorSettings
 from peers.paths import CHART, CRD
 
 KUBERNETES_VERSION = "1.35.0"
@@ -329,3 +331,82 @@ def test_namespace_editors_and_viewers_get_mcpserver_rights(control_plane, crd) 
     assert can("bob", "watch")
     assert not can("bob", "create")
     assert not can("bob", "list", "configmaps")
+
+
+README_RIGHTS = {
+    # get, list and watch MCPServers and the MCPServer CRD
+    *(("mcpcache.io", "mcpservers", "", verb) for verb in ("get", "list", "watch")),
+    *(
+        ("apiextensions.k8s.io", "customresourcedefinitions", "", verb)
+        for verb in ("get", "list", "watch")
+    ),
+    # get, patch and update MCPServers' status
+    *(("mcpcache.io", "mcpservers/status", "", verb) for verb in ("get", "patch", "update")),
+    # get, list, watch, update and patch ConfigMaps named mcpcache-servers
+    *(
+        ("", "configmaps", "mcpcache-servers", verb)
+        for verb in ("get", "list", "watch", "update", "patch")
+    ),
+    # create ConfigMaps (the admission policy limits which); create events
+    ("", "configmaps", "", "create"),
+    ("", "events", "", "create"),
+}
+
+
+def rights(role: dict[str, Any]) -> set[tuple[str, str, str, str]]:
+    """Every (API group, resource, resource name, verb) a role grants."""
+    granted = set()
+    for rule in role["rules"]:
+        for group in rule.get("apiGroups", []):
+            for resource in rule["resources"]:
+                for name in rule.get("resourceNames") or [""]:
+                    for verb in rule["verbs"]:
+                        granted.add((group, resource, name, verb))
+    return granted
+
+
+def test_the_operators_cluster_role_grants_exactly_what_the_readme_lists(control_plane) -> None:
+    documents = render(control_plane)
+    (binding,) = [d for d in documents if d["kind"] == "ClusterRoleBinding"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "mcpcache-operator", "namespace": "mcpcache-system"}
+    ]
+    role = next(
+        d
+        for d in documents
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"] == binding["roleRef"]["name"]
+    )
+    assert rights(role) == README_RIGHTS
+    assert not [d for d in documents if d["kind"] in ("Role", "RoleBinding")]
+
+
+def test_the_webhook_fails_open_and_skips_system_and_release_namespaces(control_plane) -> None:
+    documents = render(control_plane)
+    (configuration,) = [d for d in documents if d["kind"] == "MutatingWebhookConfiguration"]
+    (webhook,) = configuration["webhooks"]
+    assert webhook["failurePolicy"] == "Ignore"
+    (excluded,) = webhook["namespaceSelector"]["matchExpressions"]
+    assert excluded["key"] == "kubernetes.io/metadata.name"
+    assert excluded["operator"] == "NotIn"
+    assert sorted(excluded["values"]) == ["kube-node-lease", "kube-system", "mcpcache-system"]
+
+
+def test_the_injected_sidecar_gets_the_documented_resources_and_port(control_plane) -> None:
+    documents = render(control_plane)
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    environ = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    resources = json.loads(environ["MCPCACHE_SIDECAR_RESOURCES"])
+    assert resources == {
+        "requests": {"cpu": "50m", "memory": "96Mi"},
+        "limits": {"memory": "192Mi"},
+    }
+    assert "MCPCACHE_NAMESPACES" not in environ or environ["MCPCACHE_NAMESPACES"] == ""
+
+    settings = OperatorSettings.from_environment(environ | {"MCPCACHE_SIDECAR_IMAGE": "i:1"})
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "image": "a"}]}}
+    plan = plan_injection(pod, settings)
+    assert plan is not None
+    (sidecar,) = plan["initContainers"]
+    assert sidecar["resources"] == resources
+    assert sidecar["ports"] == [{"name": "mcpcache-prom", "containerPort": 9090}]

@@ -1,8 +1,10 @@
 """End to end: an MCPServer applied with kubectl becomes a cache hit an agent can see.
 
 MCPServer YAML -> the operator writes the namespace's ConfigMap -> the ConfigMap's
-content lands in a sidecar process's config file (as the kubelet projects it) -> the
-sidecar reloads -> an SDK client's second identical call is a hit -> /metrics shows it.
+content lands in a sidecar process's config file, projected the way the kubelet does it
+(a symlink through `..data`, swapped atomically on each change) -> the sidecar reloads ->
+an SDK client's second identical call is a hit -> /metrics shows it. A second MCPServer
+then reaches the sidecar through a second swap.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from peers.clients import mcp_client
+from peers.kubelet import project
 from peers.serving import async_wait_until, free_port, wait_until
 
 
@@ -88,23 +91,22 @@ spec:
 
     core = client.CoreV1Api(control_plane.api_client())
 
-    def configmap_content() -> str | None:
+    def configmap_content(server: str) -> str | None:
         try:
             data = core.read_namespaced_config_map("mcpcache-servers", namespace).data
         except ApiException:
             return None
         text = data.get("config.yaml", "")
-        return text if "name: docs" in text else None
+        return text if f"name: {server}" in text else None
 
-    content = wait_until(configmap_content, 30, "the operator to write the ConfigMap")
+    content = wait_until(lambda: configmap_content("docs"), 30, "the operator to write it")
 
     config_file, proxy_url, metrics_url = sidecar_process
     await async_wait_until(lambda: _ok(f"{metrics_url}/readyz"), 30, "the sidecar to be ready")
     assert _status(proxy_url) == 404, "no servers before the ConfigMap is projected"
 
-    staged = config_file.with_suffix(".tmp")
-    staged.write_text(content)
-    staged.replace(config_file)
+    project(config_file.parent, {config_file.name: content})
+    assert config_file.is_symlink()
     await async_wait_until(lambda: _status(proxy_url) != 404, 30, "the sidecar to reload")
 
     text = uuid.uuid4().hex
@@ -115,6 +117,17 @@ spec:
     assert second.content == first.content
     assert peer.calls["echo"] == calls + 1
     await async_wait_until(lambda: hits(metrics_url, "docs") == 1, what="the hit in /metrics")
+
+    manifest.write_text(manifest.read_text().replace("name: docs", "name: tickets"))
+    control_plane.run_kubectl("apply", "-f", str(manifest))
+    content = wait_until(lambda: configmap_content("tickets"), 30, "the second server")
+    project(config_file.parent, {config_file.name: content})
+    tickets_url = proxy_url.rsplit("/", 1)[0] + "/tickets"
+    await async_wait_until(lambda: _status(tickets_url) != 404, 30, "the swap to be reloaded")
+    async with mcp_client(proxy_url) as agent:
+        again = await agent.call_tool("echo", {"text": text})
+    assert again.content == first.content, "a reload never flushes the cache"
+    assert peer.calls["echo"] == calls + 1
 
 
 def _ok(url: str) -> bool:

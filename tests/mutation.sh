@@ -19,8 +19,9 @@ MUTMUT_VERSION=3.8.1
 ALL=(key policy store messages capture units config sse headers)
 # The fast unit tests that pin these modules down (no sockets, no subprocesses).
 TESTS=(
-  test_key.py test_policy.py test_store.py test_store_properties.py test_units.py
-  test_config.py test_sse.py test_messages.py test_headers.py test_capture.py
+  test_key.py test_key_form.py test_policy.py test_policy_rules.py test_store.py
+  test_store_properties.py test_units.py test_config.py test_sse.py test_messages.py
+  test_headers.py test_capture.py
 )
 
 fresh=0

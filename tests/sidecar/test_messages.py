@@ -1,0 +1,283 @@
+"""MCP message rules as pure functions: decoding a request (each refusal with its
+JSON-RPC code and words), the routing headers, judging a final response, and framing a
+stored result under the caller's id."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import orjson
+import pytest
+
+from mcpcache.sidecar.messages import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    MalformedMessage,
+    Message,
+    Verdict,
+    decode_header_value,
+    frame_event,
+    frame_response,
+    has_inexact_number,
+    is_server_request,
+    judge_response,
+    method_label,
+    parse_message,
+    routing_header_mismatch,
+)
+
+
+def encoded(body: Any) -> bytes:
+    return orjson.dumps(body)
+
+
+def test_a_request_is_read_once_into_its_fields() -> None:
+    raw = encoded({"jsonrpc": "2.0", "id": "a", "method": "tools/call", "params": {"name": "t"}})
+    message = parse_message(raw)
+    assert (message.method, message.id, message.is_request) == ("tools/call", "a", True)
+    assert message.params == {"name": "t"}
+    assert message.raw == raw
+    assert message.body["params"] is message.params
+
+
+@pytest.mark.parametrize(
+    ("body", "method", "request_id", "is_request", "params"),
+    [
+        ({"jsonrpc": "2.0", "method": "notifications/x"}, "notifications/x", None, False, {}),
+        ({"jsonrpc": "2.0", "id": None, "method": "ping"}, "ping", None, True, {}),
+        ({"jsonrpc": "2.0", "id": 3, "result": {}}, None, 3, False, {}),
+        ({"jsonrpc": "2.0", "id": 3, "method": 5}, None, 3, False, {}),
+        ({"jsonrpc": "2.0", "id": 3, "method": "m", "params": [1]}, "m", 3, True, {}),
+    ],
+)
+def test_notifications_responses_and_odd_params(
+    body: dict[str, Any], method: str | None, request_id: Any, is_request: bool, params: dict
+) -> None:
+    message = Message(body)
+    assert (message.method, message.id, message.is_request, message.params) == (
+        method,
+        request_id,
+        is_request,
+        params,
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "code", "words"),
+    [
+        (b"{nope", PARSE_ERROR, "request body is not valid JSON: "),
+        (b"[]", INVALID_REQUEST, "JSON-RPC batches are not supported"),
+        (b'"text"', INVALID_REQUEST, "request body must be a JSON-RPC object"),
+        (
+            b'{"id": 1, "method": "ping"}',
+            INVALID_REQUEST,
+            'request body must have "jsonrpc": "2.0"',
+        ),
+        (
+            b'{"jsonrpc": "1.0", "id": 1}',
+            INVALID_REQUEST,
+            'request body must have "jsonrpc": "2.0"',
+        ),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": 7}', INVALID_REQUEST, '"method" must be a string'),
+        (
+            b'{"jsonrpc": "2.0", "id": 1, "method": "m", "params": 5}',
+            INVALID_REQUEST,
+            '"params" must be an object',
+        ),
+        (
+            b'{"jsonrpc": "2.0", "id": true, "method": "m"}',
+            INVALID_REQUEST,
+            '"id" must be a string or a number',
+        ),
+        (
+            b'{"jsonrpc": "2.0", "id": [1], "method": "m"}',
+            INVALID_REQUEST,
+            '"id" must be a string or a number',
+        ),
+        (
+            b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": 5}}',
+            INVALID_PARAMS,
+            'tools/call needs a string "name" in params',
+        ),
+        (
+            b'{"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {}}',
+            INVALID_PARAMS,
+            'resources/read needs a string "uri" in params',
+        ),
+    ],
+)
+def test_what_is_not_a_routable_message_is_refused_with_its_code(
+    raw: bytes, code: int, words: str
+) -> None:
+    with pytest.raises(MalformedMessage) as refused:
+        parse_message(raw)
+    assert refused.value.code == code
+    assert str(refused.value).startswith(words)
+    if code != PARSE_ERROR:
+        assert str(refused.value) == words
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"jsonrpc": "2.0", "id": 1.5, "method": "ping"}',
+        b'{"jsonrpc": "2.0", "id": null, "method": "ping"}',
+        b'{"jsonrpc": "2.0", "method": "tools/call", "params": {}}',
+        b'{"jsonrpc": "2.0", "id": 1, "method": "prompts/get", "params": {}}',
+        b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": ["x"]}',
+        b'{"jsonrpc": "2.0", "id": "x", "result": {}}',
+    ],
+)
+def test_what_may_pass_is_not_refused(raw: bytes) -> None:
+    assert parse_message(raw).raw == raw
+
+
+def b64(text: str) -> str:
+    return "=?base64?" + base64.b64encode(text.encode()).decode() + "?="
+
+
+@pytest.mark.parametrize(
+    ("value", "decoded"),
+    [
+        (b64("café"), "café"),
+        ("plain", "plain"),
+        ("=?base64?not base64!?=", "=?base64?not base64!?="),
+        ("=?base64?" + base64.b64encode(b"\xff").decode() + "?=", "=?base64?/w==?="),
+        ("=?base64?" + base64.b64encode(b"x").decode(), "=?base64?eA=="),
+        (base64.b64encode(b"x").decode() + "?=", "eA==?="),
+    ],
+)
+def test_base64_header_values_are_decoded_only_when_whole_and_valid(
+    value: str, decoded: str
+) -> None:
+    assert decode_header_value(value) == decoded
+
+
+def call(method: str = "tools/call", **params: Any) -> Message:
+    return Message({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+
+
+@pytest.mark.parametrize(
+    ("headers", "message", "problem"),
+    [
+        ({}, call(name="t"), None),
+        ({"mcp-method": "tools/call", "mcp-name": "t"}, call(name="t"), None),
+        ({"mcp-name": b64("tööl")}, call(name="tööl"), None),
+        ({"mcp-name": "anything"}, call("tools/list"), None),
+        (
+            {"mcp-method": "tools/list"},
+            call(name="t"),
+            "Mcp-Method header does not match the request body's method",
+        ),
+        (
+            {"mcp-name": "other"},
+            call(name="t"),
+            "Mcp-Name header does not match the request body's 'name' parameter",
+        ),
+        (
+            {"mcp-name": "doc://b"},
+            call("resources/read", uri="doc://a"),
+            "Mcp-Name header does not match the request body's 'uri' parameter",
+        ),
+        ({"mcp-name": "doc://a"}, call("resources/read", uri="doc://a"), None),
+        ({"mcp-name": "g"}, call("prompts/get", name="g"), None),
+    ],
+)
+def test_routing_headers_must_agree_with_the_body(
+    headers: dict[str, str], message: Message, problem: str | None
+) -> None:
+    assert routing_header_mismatch(headers, message) == problem
+
+
+def test_method_labels_are_known_methods_or_other() -> None:
+    assert method_label(None) == "response"
+    assert method_label("tools/call") == "tools/call"
+    assert method_label("tasks/cancel") == "tasks/cancel"
+    assert method_label("x/unknown") == "other"
+
+
+@pytest.mark.parametrize(
+    ("response", "reason"),
+    [
+        ({"error": {"code": 1, "message": "m"}}, "error"),
+        ({"result": {}, "error": {"code": 1}}, "error"),
+        ({}, "error"),
+        ({"result": [1]}, "error"),
+        ({"result": {"isError": True}}, "tool_error"),
+        ({"result": {"resultType": "input_required"}}, "input_required"),
+        ({"result": {"resultType": "task"}}, "task"),
+        ({"result": {"task": {"id": "t"}}}, "task"),
+        ({"result": {"resultType": "partial"}}, "incomplete"),
+        ({"result": {"ttlMs": 0}}, "ttl_zero"),
+        ({"result": {"ttlMs": -1}}, "ttl_zero"),
+    ],
+)
+def test_answers_that_are_not_a_complete_success_are_not_stored(
+    response: dict[str, Any], reason: str
+) -> None:
+    assert judge_response(response) == Verdict(reason)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("result", "ttl_cap"),
+    [
+        ({"content": []}, None),
+        ({"isError": False}, None),
+        ({"isError": "true"}, None),
+        ({"resultType": "complete", "content": []}, None),
+        ({"ttlMs": 1500}, 1.5),
+        ({"ttlMs": 250.0}, 0.25),
+        ({"ttlMs": True}, None),
+        ({"ttlMs": "100"}, None),
+    ],
+)
+def test_a_complete_success_is_stored_as_its_result_bytes(
+    result: dict[str, Any], ttl_cap: float | None
+) -> None:
+    assert judge_response({"jsonrpc": "2.0", "id": 1, "result": result}) == Verdict(
+        None, orjson.dumps(result), ttl_cap
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "inexact"),
+    [
+        (b'{"n": 12}', False),
+        (b'{"n": 18446744073709551615}', False),
+        (b'{"n": 18446744073709551616}', True),
+        (b'{"n": -9223372036854775808}', False),
+        (b'{"n": -9223372036854775809}', True),
+        (b'{"n": 0.5000000000000000}', False),
+        (b'{"n": 0.10000000000000000555}', True),
+        (b'{"n": 12345678901234567.5}', True),
+        (b'{"n": 12345678901234567e400}', True),
+        (b'{"s": "12345678901234567890123"}', False),
+        (b'{"n": 12345678901234567890123', True),
+    ],
+)
+def test_numbers_a_parsed_message_cannot_hold_exactly(raw: bytes, inexact: bool) -> None:
+    assert has_inexact_number(raw) is inexact
+
+
+@pytest.mark.parametrize(
+    ("message", "asks"),
+    [
+        ({"jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage"}, True),
+        ({"jsonrpc": "2.0", "method": "notifications/progress"}, False),
+        ({"jsonrpc": "2.0", "id": 1, "result": {}}, False),
+        ({"jsonrpc": "2.0", "id": 1, "method": 5}, False),
+    ],
+)
+def test_a_server_request_is_a_method_with_an_id(message: dict[str, Any], asks: bool) -> None:
+    assert is_server_request(message) is asks
+
+
+def test_a_stored_result_is_framed_under_the_callers_id() -> None:
+    assert frame_response(7, b'{"a":1}') == b'{"jsonrpc":"2.0","id":7,"result":{"a":1}}'
+    assert frame_response("x", b"{}") == b'{"jsonrpc":"2.0","id":"x","result":{}}'
+    assert frame_response(None, b"{}", event=True) == (
+        b'event: message\ndata: {"jsonrpc":"2.0","id":null,"result":{}}\n\n'
+    )
+    assert frame_event(b"{}") == b"event: message\ndata: {}\n\n"

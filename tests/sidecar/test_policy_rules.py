@@ -1,0 +1,133 @@
+"""The policy's rules one by one, as pure decisions: what is never looked up, exactly
+what the key is made of, and which answers a shared cache may keep and for how long."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mcpcache.sidecar import policy
+from mcpcache.sidecar.config import Server
+from mcpcache.sidecar.key import cache_key, secret_digest
+from mcpcache.sidecar.messages import Message, Verdict
+
+
+def server(name: str = "docs", **cache: Any) -> Server:
+    return Server.model_validate(
+        {"name": name, "url": "http://docs/mcp", "cache": {"enabled": True, **cache}}
+    )
+
+
+def request(method: str = "tools/call", raw: bytes = b"", **params: Any) -> Message:
+    return Message({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, raw)
+
+
+def plan(message: Message, headers: dict[str, str], on: Server | None = None) -> Any:
+    return policy.plan(on or server(), message, headers, list(headers.items()), "agent")
+
+
+def test_a_task_request_and_an_inexact_number_are_never_looked_up() -> None:
+    task = plan(request(name="t", task={"ttl": 1000}), {})
+    assert (task, task.fwd) == (policy.Bypass("task"), "request")
+    big = b'{"jsonrpc":"2.0","id":1,"params":{"arguments":{"n":18446744073709551617}}}'
+    inexact = plan(request(raw=big, name="t", arguments={"n": 18446744073709551617}), {})
+    assert (inexact, inexact.fwd) == (policy.Bypass("inexact_number"), "request")
+    assert plan(request(raw=b'{"n": 12}', name="t"), {}) != policy.Bypass("inexact_number")
+
+
+def test_the_key_is_made_of_server_method_params_caller_and_identity() -> None:
+    headers = {
+        "authorization": "Bearer a",
+        "mcp-session-id": "s-1",
+        "mcp-protocol-version": "2025-06-18",
+        "user-agent": "agent/1",
+    }
+    message = request(name="t", arguments={"q": 1})
+    decided = plan(message, headers)
+    identity = {
+        "header:authorization": secret_digest("Bearer a"),
+        "header:mcp-session-id": secret_digest("s-1"),
+        "protocol": "2025-06-18",
+    }
+    assert decided.key == cache_key("docs", "tools/call", message.params, "agent", identity)
+    assert decided.session == policy.session_scope(server(), "s-1")
+    assert decided.keyed == frozenset(
+        {*server().cache.identity_headers, "mcp-session-id", "mcp-protocol-version"}
+    )
+    assert plan(message, {}).session == ""
+    assert policy.identity(server(), {}, decided.keyed) == {}
+
+
+def test_the_server_and_the_method_split_the_key() -> None:
+    keys = {
+        plan(request(method, name="t", uri="doc://a"), {}, server(name)).key
+        for name in ("docs", "other")
+        for method in ("tools/call", "resources/read")
+    }
+    assert len(keys) == 4
+
+
+def test_an_ambiguous_credential_is_refused_with_the_reason() -> None:
+    raw = [("authorization", "Bearer a"), ("authorization", "Bearer b")]
+    with pytest.raises(policy.RequestRefused, match=r"^authorization must be sent at most once$"):
+        policy.plan(server(), request(name="t"), {"authorization": "Bearer a"}, raw, "agent")
+
+
+KEYED = frozenset({"authorization", "mcp-session-id", "mcp-protocol-version"})
+
+
+@pytest.mark.parametrize(
+    ("headers", "event_stream", "reason"),
+    [
+        ({"cache-control": "no-cache"}, False, "no_cache"),
+        ({"cache-control": "max-age=0"}, True, "no_cache"),
+        ({"cache-control": "public, s-maxage=0, max-age=60"}, False, "no_cache"),
+        ({"cache-control": "max-age=-5"}, False, "no_cache"),
+        ({"cache-control": "max-age=soon"}, False, "no_cache"),
+        ({"cache-control": "max-age=1"}, False, None),
+        ({"cache-control": "s-maxage=1, max-age=0"}, False, None),
+        ({"vary": "*"}, False, "vary"),
+        ({"vary": "x-tenant"}, False, "vary"),
+        ({"vary": "Authorization"}, False, None),
+        ({"vary": "accept,accept-encoding,mcp-method,mcp-name"}, False, None),
+        (
+            {
+                "vary": ", ".join(
+                    sorted(KEYED | {"accept", "accept-encoding", "mcp-method", "mcp-name"})
+                )
+            },
+            False,
+            None,
+        ),
+        ({"vary": "authorization, *"}, False, "vary"),
+        ({"set-cookie": "lb=1"}, False, "set_cookie"),
+    ],
+)
+def test_what_a_shared_cache_may_not_keep(
+    headers: dict[str, str], event_stream: bool, reason: str | None
+) -> None:
+    lookup = policy.Lookup("k", keyed=KEYED)
+    assert policy.response_refusal(server(), lookup, 200, headers, event_stream) == reason
+
+
+def test_a_cookie_may_be_ignored_when_the_server_says_so() -> None:
+    lookup = policy.Lookup("k", keyed=KEYED)
+    cookie = {"set-cookie": "lb=1"}
+    assert policy.response_refusal(server(ignoreSetCookie=True), lookup, 200, cookie, False) is None
+
+
+@pytest.mark.parametrize(
+    ("cache_control", "ttl"),
+    [
+        ("max-age=7", 7),
+        ("s-maxage=3, max-age=7", 3),
+        ("max-age=100", 60),
+        ("no-transform", 60),
+    ],
+)
+def test_the_upstreams_lifetime_shortens_the_entry(cache_control: str, ttl: float) -> None:
+    headers = {"cache-control": cache_control}
+    assert policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}"), headers) == ttl
+    capped = policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}", ttl_cap=2), headers)
+    assert capped == 2

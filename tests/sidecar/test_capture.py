@@ -1,0 +1,145 @@
+"""Following one upstream response as it streams past: what it counts, what it notices
+and the verdict it reaches, for JSON bodies and event streams, chunk by chunk."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from mcpcache.sidecar.capture import MIN_EVENT_BOUND, ResponseCapture
+from mcpcache.sidecar.messages import Verdict
+
+
+def answer(request_id: Any = 1, **result: Any) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def event(data: bytes, *lines: bytes) -> bytes:
+    return b"".join((*lines, b"data: ", data, b"\n\n"))
+
+
+INEXACT = b'{"jsonrpc":"2.0","id":1,"result":{"n":0.10000000000000000555}}'
+PROGRESS = event(b'{"jsonrpc":"2.0","method":"notifications/progress","params":{}}')
+ASK = event(b'{"jsonrpc":"2.0","id":"s1","method":"elicitation/create","params":{}}')
+
+
+def fed(capture: ResponseCapture, *chunks: bytes) -> ResponseCapture:
+    for chunk in chunks:
+        capture.feed(chunk)
+    return capture
+
+
+def test_a_fresh_capture_has_seen_nothing() -> None:
+    capture = ResponseCapture(1, event_stream=True, max_size=10)
+    assert (capture.size, capture.final_seen, capture.resumable) == (0, False, False)
+    assert (capture.skipped_event, capture.answered, capture.too_large) == (False, False, False)
+    assert capture.verdict is None
+    refused = ResponseCapture(1, event_stream=False, max_size=10, refused="no_store")
+    assert refused.verdict == Verdict("no_store")
+
+
+def test_a_json_body_in_pieces_is_judged_at_its_end() -> None:
+    body = answer(content=[{"type": "text", "text": "hi"}])
+    capture = fed(ResponseCapture(1, False, 1 << 10), body[:10], body[10:])
+    assert capture.size == len(body)
+    assert capture.verdict is None, "nothing is decided before the end"
+    assert capture.finish() == Verdict(None, b'{"content":[{"type":"text","text":"hi"}]}')
+    assert capture.final_seen
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b'{"jsonrpc":"2.0","id":1,"result":', "incomplete"),
+        (answer(2, v=1), "incomplete"),
+        (b"[1]", "incomplete"),
+        (INEXACT, "inexact_number"),
+        (b'{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m"}}', "error"),
+    ],
+)
+def test_a_json_body_that_is_not_our_clean_answer_is_not_stored(body: bytes, reason: str) -> None:
+    assert fed(ResponseCapture(1, False, 1 << 10), body).finish() == Verdict(reason)  # type: ignore[arg-type]
+
+
+def test_a_json_body_over_the_cap_is_too_large_however_it_ends() -> None:
+    body = answer(text="x" * 100)
+    capture = fed(ResponseCapture(1, False, len(body) - 1), body)
+    assert capture.too_large
+    assert capture.finish() == Verdict("too_large")
+    exact = fed(ResponseCapture(1, False, len(body)), body)
+    assert not exact.too_large
+    assert exact.finish().reason is None
+    broken = fed(ResponseCapture(1, False, 1 << 10), body[:5])
+    assert broken.fail() == Verdict("incomplete")
+    assert broken.finish() == Verdict("incomplete"), "decided once"
+
+
+def test_a_refused_answer_is_followed_but_keeps_its_refusal() -> None:
+    capture = ResponseCapture(1, True, 1 << 10, refused="set_cookie")
+    fed(capture, event(answer(1, v=1)))
+    assert capture.final_seen
+    assert capture.finish() == Verdict("set_cookie")
+    assert capture.fail() == Verdict("set_cookie")
+
+
+def test_an_event_stream_is_decided_when_its_answer_event_arrives() -> None:
+    capture = fed(ResponseCapture(1, True, 1 << 10), PROGRESS, event(answer(1, v=1))[:7])
+    assert not capture.final_seen
+    fed(capture, event(answer(1, v=1))[7:])
+    assert capture.final_seen
+    assert capture.answered
+    assert capture.finish() == Verdict(None, b'{"v":1}')
+    fed(capture, ASK)  # after the answer: counted, not read
+    assert capture.size == len(PROGRESS) + len(event(answer(1, v=1))) + len(ASK)
+    assert capture.finish() == Verdict(None, b'{"v":1}')
+
+
+@pytest.mark.parametrize(
+    ("chunks", "reason"),
+    [
+        ((ASK, event(answer(1, v=1))), "server_request"),
+        ((PROGRESS,), "incomplete"),
+        ((event(answer(2, v=1)),), "incomplete"),
+        ((event(b"[1,2]"), event(b"not json")), "incomplete"),
+        ((event(b'{"jsonrpc":"2.0","id":1}'),), "incomplete"),
+        ((event(b'{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m"}}'),), "error"),
+        ((event(INEXACT),), "inexact_number"),
+        ((event(answer(1, v=1), b"event: other\n"),), "incomplete"),
+        ((event(answer(1, v=1), b"event: message\n"),), None),
+    ],
+)
+def test_what_an_event_stream_shows_decides_its_verdict(
+    chunks: tuple[bytes, ...], reason: str | None
+) -> None:
+    capture = fed(ResponseCapture(1, True, 1 << 10), *chunks)
+    assert capture.finish().reason == reason
+
+
+def test_frames_before_the_answer_count_towards_the_cap() -> None:
+    final = event(answer(1, v=1))
+    capture = fed(ResponseCapture(1, True, len(PROGRESS) + len(final) - 1), PROGRESS, final)
+    assert capture.final_seen
+    assert capture.finish() == Verdict("too_large")
+    fits = fed(ResponseCapture(1, True, len(PROGRESS) + len(final)), PROGRESS, final)
+    assert fits.finish().reason is None
+    cut = fed(ResponseCapture(1, True, 4), PROGRESS)
+    assert cut.finish() == Verdict("too_large"), "too large, and unanswered"
+
+
+def test_event_ids_make_a_stream_resumable() -> None:
+    capture = fed(ResponseCapture(1, True, 1 << 10), event(b"{}", b"id: 7\n"))
+    assert capture.resumable
+    assert not fed(ResponseCapture(1, True, 1 << 10), PROGRESS).resumable
+
+
+def test_an_event_too_large_to_read_may_have_been_the_answer() -> None:
+    huge = event(answer(1, text="x" * MIN_EVENT_BOUND))
+    capture = fed(ResponseCapture(1, True, 0), huge)
+    assert capture.skipped_event
+    assert capture.answered, "the client may have its answer: no error event is owed"
+    assert not capture.final_seen
+    small = fed(ResponseCapture(1, True, 0), event(answer(1, v=1)))
+    assert small.final_seen, "events up to the minimum bound are read even when nothing is kept"
+    assert small.finish() == Verdict("too_large")

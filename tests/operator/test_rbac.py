@@ -168,3 +168,14 @@ def test_with_watch_namespaces_the_rights_are_those_namespaces_only(
     log = process.log_tail(1000)
     assert " 403 " not in log
     assert "Forbidden" not in log
+    # A namespace it does not watch is none of its business, even with an MCPServer.
+    for namespace, name in ((other, "elsewhere"), (watched, "second")):
+        objects.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, mcpserver(name), _request_timeout=30
+        )
+    wait_until(
+        lambda: process.sample("mcpcache_operator_mcpservers", namespace=watched) == 2,
+        30,
+        "the scoped operator to see its namespace's second server",
+    )
+    assert process.sample("mcpcache_operator_mcpservers", namespace=other) is None

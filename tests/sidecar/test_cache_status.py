@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from peers.clients import call_body, call_headers, post
+from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar, one_server
 
 
@@ -186,3 +187,24 @@ async def test_age_counts_the_seconds_since_the_answer_was_stored(sidecar) -> No
     assert ages == sorted(ages), "Age never goes back"
     assert ages[0] == 0
     assert ages[-1] >= 1
+
+
+async def test_expired_entries_are_counted_as_expired_evictions(make_sidecar, echo_upstream):
+    _, app = echo_upstream
+    sidecar = make_sidecar(
+        one_server(app.base_url + "/mcp", ttl="200ms") | {"cache": {"maxEntries": 1}}
+    )
+    cache = sidecar.sidecar.cache
+    arguments = {"q": unique()}
+    assert (await call_echo(sidecar, arguments)).headers["cache-status"].endswith("stored")
+    (entry,) = cache.values()
+    await async_wait_until(lambda: cache.timer() >= entry.expires_at, what="the entry to expire")
+    again = await call_echo(sidecar, arguments, 2)
+    assert again.headers["cache-status"] == "mcpcache; fwd=miss; stored", "never served stale"
+    assert sidecar.sample("mcpcache_cache_evictions_total", reason="expired") == 1
+    (entry,) = cache.values()
+    await async_wait_until(lambda: cache.timer() >= entry.expires_at, what="the entry to expire")
+    other = await call_echo(sidecar, {"q": unique()}, 3)
+    assert other.headers["cache-status"].endswith("stored")
+    assert sidecar.sample("mcpcache_cache_evictions_total", reason="expired") == 2
+    assert sidecar.sample("mcpcache_cache_evictions_total", reason="capacity") == 0

@@ -11,7 +11,8 @@ loopback socket. Each request's path picks the fault:
   close before the answer (a client may resume such a stream).
 - `/cut-json`: a JSON body announced as 1000 bytes, closed after 100 (a broken body).
 - `/gated-json?bytes=N&gate=NAME`: a JSON body of N bytes, the first half at once, the
-  rest when the test opens the gate.
+  rest when the test opens the gate (and never before: a relay that waited for the
+  whole body would wait until the client gives up).
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class FaultyUpstream:
             body = b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"'
             body += b"z" * (size - len(body) - 5) + b'"}]}}'
             conn.sendall(_head(200, "application/json", len(body)) + body[: size // 2])
-            self.gate(query["gate"][0]).wait(30)
+            self.gate(query["gate"][0]).wait()  # `stop` opens every gate
             conn.sendall(body[size // 2 :])
 
     @staticmethod

@@ -111,7 +111,9 @@ async def open_gated(
 async def test_a_large_slow_body_is_relayed_as_it_arrives_not_buffered(sidecar, faulty) -> None:
     """In-flight memory stays bounded: past maxSize the body streams through."""
     baseline = tasks(sidecar)
-    async with httpx.AsyncClient(timeout=30) as http:
+    # The upstream sends the second half only once the test has read the first MB: a
+    # relay that held the body back would make this read time out.
+    async with httpx.AsyncClient(timeout=10) as http:
         gate, response = await open_gated(sidecar, faulty, http)
         assert response.headers["cache-status"] == "mcpcache; fwd=miss; detail=too-large"
         received = 0

@@ -113,6 +113,7 @@ def test_key_headers_sent_twice_or_named_by_connection_are_ambiguous(
         ),
         ("max-age=", {"max-age": ""}),
         ("ext=a=b", {"ext": "a=b"}),
+        ('ext="aX"', {"ext": "aX"}),
     ],
 )
 def test_cache_control_is_read_as_lowered_directives_with_arguments(

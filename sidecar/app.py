@@ -24,10 +24,11 @@ from .config import SidecarConfig
 from .errors import UNKNOWN_SERVER, ProxyError
 from .incoming import Incoming
 from .messages import INVALID_REQUEST
-from .metrics import Metrics
+from .metrics import Metrics, SharedMetrics
 from .origin import OriginPolicy
 from .proxy import Proxy
 from .reload import ConfigSource
+from .shared import SharedTier
 from .store import ResponseCache
 from .upstream import UpstreamClient
 
@@ -51,8 +52,16 @@ class Sidecar:
         )
         self.metrics.watch_cache(self.cache)
         self.client = UpstreamClient()
+        self.shared: SharedTier | None = None
+        if current.shared_cache is not None:
+            self.shared = SharedTier(current.shared_cache, SharedMetrics(self.metrics.registry))
         self.proxy = Proxy(
-            config, self.cache, self.metrics, self.client, OriginPolicy(current.allowed_hosts)
+            config,
+            self.cache,
+            self.metrics,
+            self.client,
+            OriginPolicy(current.allowed_hosts),
+            self.shared,
         )
         self.ready = False
         self._servers: list[uvicorn.Server] = []
@@ -120,6 +129,8 @@ class Sidecar:
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
             await self.client.aclose()
+            if self.shared is not None:
+                await self.shared.aclose()
 
     async def _follow(self, source: ConfigSource) -> None:
         while True:

@@ -1,7 +1,8 @@
 """The RFC 9211 `Cache-Status` values the sidecar sends, in one grammar.
 
-`mcpcache; hit` for an answer from the cache; otherwise `mcpcache; fwd=<why forwarded>`
-with `stored` when the answer was kept and a `detail` naming why it was not.
+`mcpcache; hit` for an answer from the cache (with `detail=shared` from the shared tier);
+otherwise `mcpcache; fwd=<why forwarded>` with `stored` when the answer was kept and a
+`detail` naming why it was not.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from typing import Final
 
 HIT: Final = "mcpcache; hit"
+SHARED_HIT: Final = "mcpcache; hit; detail=shared"
+"""Answered from the shared tier (Redis), not from this sidecar's memory."""
 
 
 def forwarded(fwd: str, detail: str | None = None, stored: bool = False) -> str:

@@ -41,6 +41,13 @@ LISTEN_PORT_ENV = "MCPCACHE_LISTEN_PORT"
 METRICS_PORT_ENV = "MCPCACHE_METRICS_PORT"
 CACHE_MAX_ENTRIES_ENV = "MCPCACHE_CACHE_MAX_ENTRIES"
 CACHE_MAX_BYTES_ENV = "MCPCACHE_CACHE_MAX_BYTES"
+SHARED_CACHE_URL_ENV = "MCPCACHE_SHARED_CACHE_URL"
+SHARED_CACHE_TIMEOUT_ENV = "MCPCACHE_SHARED_CACHE_TIMEOUT"
+SHARED_CACHE_USERNAME_ENV = "MCPCACHE_SHARED_CACHE_USERNAME"
+SHARED_CACHE_PASSWORD_ENV = "MCPCACHE_SHARED_CACHE_PASSWORD"
+NAMESPACE_ENV = "MCPCACHE_NAMESPACE"
+DEFAULT_SHARED_TIMEOUT = 0.05
+DEFAULT_SHARED_RETRY_AFTER = 5.0
 
 
 def _duration(value: Any) -> float:
@@ -134,6 +141,38 @@ class CacheLimits(_Model):
     max_bytes: Quantity = DEFAULT_MAX_BYTES
 
 
+def _redis_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError("expected a redis://, rediss:// or unix:// URL")
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ValueError("the URL names no host")
+    return value
+
+
+def _positive(value: float) -> float:
+    if value <= 0:
+        raise ValueError("must be positive")
+    return value
+
+
+class SharedCache(_Model):
+    """The optional second tier on Redis, shared by the sidecars of one app.
+
+    Credentials are read from the environment when the tier starts (never kept in this
+    model, so that printing a configuration never prints them), or from the URL."""
+
+    url: Annotated[str, AfterValidator(_redis_url)]
+    timeout: Annotated[Duration, AfterValidator(_positive)] = DEFAULT_SHARED_TIMEOUT
+    """The bound on every Redis operation; past it the request goes on without Redis."""
+    retry_after: Annotated[Duration, AfterValidator(_positive)] = DEFAULT_SHARED_RETRY_AFTER
+    """How long a failing Redis is left alone before it is tried again."""
+    namespace: str = Field(
+        default="default", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63
+    )
+    """The first part of every key's prefix (the pod's namespace in Kubernetes)."""
+
+
 class SidecarConfig(_Model):
     """The whole sidecar configuration. Every field but `servers` has a default."""
 
@@ -141,6 +180,8 @@ class SidecarConfig(_Model):
     listen: Address = Address(host="127.0.0.1", port=3500)
     metrics: Address = Address(host="0.0.0.0", port=9090)
     cache: CacheLimits = CacheLimits()
+    shared_cache: SharedCache | None = None
+    """Off unless set: the sidecar then caches in its own memory only."""
     max_request_bytes: Quantity = DEFAULT_MAX_REQUEST_BYTES
     max_header_bytes: Quantity = DEFAULT_MAX_HEADER_BYTES
     allowed_hosts: tuple[str, ...] = ()
@@ -167,7 +208,8 @@ class SidecarConfig(_Model):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     def with_environment(self, environ: Mapping[str, str]) -> SidecarConfig:
-        """Apply the environment overrides: app id, the two ports, the cache budget.
+        """Apply the environment overrides: app id, the two ports, the cache budget, the
+        shared tier.
 
         In Kubernetes these come from the injected container (the app id from the pod,
         the budget from the operator's settings), the servers from the namespace's
@@ -187,7 +229,24 @@ class SidecarConfig(_Model):
         if limits:
             current = self.cache.model_dump(by_alias=True)
             update["cache"] = CacheLimits.model_validate(current | limits)
+        if (shared := self._shared_from_environment(environ)) is not None:
+            update["shared_cache"] = shared
         return self.model_copy(update=update) if update else self
+
+    def _shared_from_environment(self, environ: Mapping[str, str]) -> SharedCache | None:
+        """The shared tier as the environment amends it, or None when unchanged: in
+        Kubernetes the URL and the timeout come from the operator's settings, the
+        namespace from the pod (the downward API)."""
+        names = {
+            SHARED_CACHE_URL_ENV: "url",
+            SHARED_CACHE_TIMEOUT_ENV: "timeout",
+            NAMESPACE_ENV: "namespace",
+        }
+        changes = {field: environ[name] for name, field in names.items() if environ.get(name)}
+        current = self.shared_cache.model_dump() if self.shared_cache is not None else {}
+        if not changes or "url" not in current | changes:
+            return None
+        return SharedCache.model_validate(current | changes)
 
 
 class ConfigError(ValueError):

@@ -18,23 +18,25 @@ class HitResponse:
     _JSON = (b"content-type", b"application/json")
     _EVENTS = (b"content-type", b"text/event-stream")
     _STATUS = (b"cache-status", cache_status.HIT.encode())
+    _SHARED_STATUS = (b"cache-status", cache_status.SHARED_HIT.encode())
     _NO_CACHE = (b"cache-control", b"no-cache")
 
-    def __init__(self, body: bytes, event_stream: bool, age: int) -> None:
+    def __init__(self, body: bytes, event_stream: bool, age: int, shared: bool = False) -> None:
         self.body = body
         self.headers = [
             self._EVENTS if event_stream else self._JSON,
             (b"content-length", str(len(body)).encode()),
-            self._STATUS,
+            self._SHARED_STATUS if shared else self._STATUS,
             (b"age", str(max(0, age)).encode()),
             self._NO_CACHE,
         ]
 
     @classmethod
-    def of(cls, entry: Entry, request_id: Any, now: float) -> HitResponse:
-        """The stored result framed under the caller's own JSON-RPC id."""
+    def of(cls, entry: Entry, request_id: Any, now: float, shared: bool = False) -> HitResponse:
+        """The stored result framed under the caller's own JSON-RPC id; `shared` when it
+        came from the shared tier."""
         body = frame_response(request_id, entry.result, event=entry.event_stream)
-        return cls(body, entry.event_stream, int(now - entry.stored_at))
+        return cls(body, entry.event_stream, int(now - entry.stored_at), shared)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.headers})

@@ -1,8 +1,9 @@
 """The caching proxy: one MCP request in, a cached or forwarded response out.
 
 The request path is a short chain of named steps: guard the listener, find the server,
-read and check the message, ask the policy, then answer from the cache or forward. The
-decisions live in `policy`; the reading in `incoming`; the relaying in `relay`.
+read and check the message, ask the policy, then answer from the cache (memory, then the
+shared tier when there is one) or forward. The decisions live in `policy`; the reading in
+`incoming`; the relaying in `relay`; the shared tier in `shared`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from .messages import Message, Verdict, method_label
 from .metrics import Metrics
 from .origin import OriginPolicy
 from .relay import Call, Relay
-from .store import ResponseCache
+from .shared import SharedTier
+from .store import Entry, ResponseCache
 from .upstream import UpstreamClient, UpstreamFailure, UpstreamResponse
 
 logger = logging.getLogger("mcpcache.sidecar")
@@ -55,12 +57,14 @@ class Proxy:
         metrics: Metrics,
         client: UpstreamClient,
         origin_policy: OriginPolicy,
+        shared: SharedTier | None = None,
     ) -> None:
         self._config = config
         self.cache = cache
         self.metrics = metrics
         self.client = client
         self.origin_policy = origin_policy
+        self.shared = shared
 
     async def handle(self, incoming: Incoming, server_name: str) -> ASGIApp:
         try:
@@ -89,8 +93,31 @@ class Proxy:
         if entry is not None:
             self.metrics.count(server.name, method, "hit")
             return HitResponse.of(entry, message.id, self.cache.timer())
+        if self.shared is not None:
+            entry = await self._shared_lookup(self.shared, config.app_id, server, plan.key)
+            if entry is not None:
+                self.metrics.count(server.name, method, "hit")
+                return HitResponse.of(entry, message.id, self.cache.timer(), shared=True)
         self.metrics.count(server.name, method, "miss")
-        return await self._miss(incoming, server, message, raw, plan.key)
+        return await self._miss(incoming, server, message, raw, plan.key, config.app_id)
+
+    async def _shared_lookup(
+        self, shared: SharedTier, app_id: str, server: Server, key: str
+    ) -> Entry | None:
+        """The shared tier's entry for `key` (verified there), copied into memory for
+        the rest of its life; None on a miss or when Redis is out of reach."""
+        found = await shared.get(
+            app_id, server.name, key, server.cache.effective_max_size, server.cache.ttl
+        )
+        if found is None:
+            return None
+        value, remaining = found
+        age = max(0.0, shared.clock() - value.stored_at)
+        entry = self.cache.store(key, value.result, value.event_stream, remaining, age)
+        if entry is None:  # larger than the whole memory budget: served, not kept
+            now = self.cache.timer()
+            entry = Entry(value.result, value.event_stream, now - age, now + remaining)
+        return entry
 
     def _route(self, incoming: Incoming, config: SidecarConfig, server_name: str) -> Server:
         """The listener's guards, then the named server."""
@@ -131,7 +158,13 @@ class Proxy:
         return _with_headers(streaming, response_headers(response.headers), status)
 
     async def _miss(
-        self, incoming: Incoming, server: Server, message: Message, raw: bytes, key: str
+        self,
+        incoming: Incoming,
+        server: Server,
+        message: Message,
+        raw: bytes,
+        key: str,
+        app_id: str,
     ) -> Response:
         """Forward a cacheable request, relay its answer and store it if the policy allows."""
         call, response = await self._open(incoming, server, message, raw)
@@ -141,7 +174,7 @@ class Proxy:
         )
 
         def store(verdict: Verdict, event_stream: bool) -> Verdict:
-            return self._store(server, key, verdict, event_stream)
+            return self._store(server, key, app_id, verdict, event_stream)
 
         relay = Relay(response, call, self.metrics, capture, store)
         headers = response_headers(response.headers)
@@ -211,12 +244,25 @@ class Proxy:
             },
         )
 
-    def _store(self, server: Server, key: str, verdict: Verdict, event_stream: bool) -> Verdict:
-        """Store a storable answer; count why not otherwise."""
+    def _store(
+        self, server: Server, key: str, app_id: str, verdict: Verdict, event_stream: bool
+    ) -> Verdict:
+        """Store a storable answer in memory and, only if memory kept it, in the shared
+        tier (without waiting for it); count why not otherwise."""
         if verdict.reason is None:
             ttl = policy.storage_ttl(server, verdict)
             if self.cache.store(key, verdict.result, event_stream, ttl) is None:
                 verdict = Verdict("over_budget")
+            elif self.shared is not None:
+                self.shared.put(
+                    app_id,
+                    server.name,
+                    key,
+                    verdict.result,
+                    event_stream,
+                    ttl,
+                    server.cache.effective_max_size,
+                )
         if verdict.reason is not None:
             self.metrics.not_stored.labels(server.name, verdict.reason).inc()
         return verdict

@@ -78,12 +78,17 @@ class ResponseCache(cachetools.Cache[str, Entry]):
             return None
         return entry
 
-    def store(self, key: str, result: bytes, event_stream: bool, ttl: float) -> Entry | None:
-        """Store a result for `ttl` seconds; None when it can never fit the budget."""
+    def store(
+        self, key: str, result: bytes, event_stream: bool, ttl: float, age: float = 0.0
+    ) -> Entry | None:
+        """Store a result for `ttl` more seconds; None when it can never fit the budget.
+
+        `age` is how old the result already is (one copied from the shared tier), so that
+        a hit's `Age` counts from when the upstream answered."""
         if ttl <= 0 or len(result) > self.maxsize:
             return None
         now = self.timer()
-        self[key] = Entry(result, event_stream, now, now + ttl)
+        self[key] = Entry(result, event_stream, now - max(0.0, age), now + ttl)
         return self.get(key)
 
     def __setitem__(self, key: str, entry: Entry) -> None:

@@ -14,6 +14,7 @@ from kubernetes import client
 from peers.controlplane import BIN_ENV, Authority, ControlPlane
 from peers.operator import OperatorProcess, install_operator_rbac
 from peers.paths import CHART, CRD
+from peers.redisserver import RedisServer, redis_server_binary
 from peers.resources import INJECTED_LABEL
 from peers.serving import ServedApp, wait_until
 from peers.sidecar import RunningSidecar
@@ -36,6 +37,32 @@ def json_upstream() -> Iterator[tuple[Upstream, ServedApp]]:
     app = ServedApp(peer.app(json_response=True)).start()
     yield peer, app
     app.stop()
+
+
+def _redis_binary() -> str:
+    binary = redis_server_binary()
+    if binary is None:
+        reason = "no redis-server (tests/run.sh installs it; Debian: apt-get install redis-server)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return binary
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One real Redis for the run, on a free loopback port; emptied by tests that need it."""
+    server = RedisServer(_redis_binary()).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_redis_server() -> Iterator[RedisServer]:
+    """A Redis of the test's own, for tests that stop and restart it."""
+    server = RedisServer(_redis_binary()).start()
+    yield server
+    server.stop()
 
 
 SidecarFactory = Callable[..., RunningSidecar]

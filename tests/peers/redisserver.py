@@ -1,0 +1,97 @@
+"""A real Redis for the tests: the Debian `redis-server` binary on a free loopback port.
+
+Each server has a throwaway directory and no persistence. `pause()`/`resume()` freeze
+and thaw the process (a Redis that accepts connections but never answers); `kill()` and
+`start()` again on the same port are a Redis that goes away and comes back, empty.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+import redis
+
+from .serving import end_process_group, free_port, wait_until
+
+
+def redis_server_binary() -> str | None:
+    """Where `redis-server` is (tests/run.sh installs it when absent), or None."""
+    return shutil.which("redis-server") or next(
+        (p for p in ("/usr/bin/redis-server", "/usr/sbin/redis-server") if os.path.exists(p)),
+        None,
+    )
+
+
+class RedisServer:
+    def __init__(self, binary: str) -> None:
+        self.binary = binary
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="mcpcache-redis-"))
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self, **kw: object) -> redis.Redis:
+        """A plain synchronous client, as an operator (or an attacker) would use."""
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, **kw)  # type: ignore[arg-type]
+
+    def start(self) -> RedisServer:
+        log = (self.dir / "redis.log").open("ab")
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.dir),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        wait_until(self._answers, 15, "redis-server to answer PING")
+        return self
+
+    def _answers(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise RuntimeError((self.dir / "redis.log").read_text(errors="replace"))
+        try:
+            return bool(self.client(socket_connect_timeout=1).ping())
+        except redis.RedisError:
+            return False
+
+    def pause(self) -> None:
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.resume()
+            end_process_group(self.process)
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -45,6 +45,7 @@ SHARED_CACHE_URL_ENV = "MCPCACHE_SHARED_CACHE_URL"
 SHARED_CACHE_TIMEOUT_ENV = "MCPCACHE_SHARED_CACHE_TIMEOUT"
 SHARED_CACHE_USERNAME_ENV = "MCPCACHE_SHARED_CACHE_USERNAME"
 SHARED_CACHE_PASSWORD_ENV = "MCPCACHE_SHARED_CACHE_PASSWORD"
+SHARED_CACHE_NAMESPACES_ENV = "MCPCACHE_SHARED_CACHE_NAMESPACES"
 NAMESPACE_ENV = "MCPCACHE_NAMESPACE"
 DEFAULT_SHARED_TIMEOUT = 0.05
 DEFAULT_SHARED_RETRY_AFTER = 5.0
@@ -236,7 +237,12 @@ class SidecarConfig(_Model):
     def _shared_from_environment(self, environ: Mapping[str, str]) -> SharedCache | None:
         """The shared tier as the environment amends it, or None when unchanged: in
         Kubernetes the URL and the timeout come from the operator's settings, the
-        namespace from the pod (the downward API)."""
+        namespace from the pod (the downward API). When the environment also lists
+        namespaces, its URL applies only to sidecars in one of them."""
+        if listed := environ.get(SHARED_CACHE_NAMESPACES_ENV, "").strip():
+            chosen = {name.strip() for name in listed.split(",")}
+            if environ.get(NAMESPACE_ENV) not in chosen:
+                environ = {k: v for k, v in environ.items() if k != SHARED_CACHE_URL_ENV}
         names = {
             SHARED_CACHE_URL_ENV: "url",
             SHARED_CACHE_TIMEOUT_ENV: "timeout",

@@ -122,9 +122,13 @@ def ceiling(body: bytes) -> Iterator[Server]:
 
 
 @contextmanager
-def sidecar(upstream_url: str) -> Iterator[tuple[str, str, int]]:
+def sidecar(
+    upstream_url: str, shared_cache: dict[str, Any] | None = None, core: int = 1
+) -> Iterator[tuple[str, str, int]]:
+    """A sidecar process (its proxy URL, metrics URL and pid); `shared_cache` is its
+    `sharedCache` section, when it has a shared tier."""
     listen, metrics = free_port(), free_port()
-    config = {
+    config: dict[str, Any] = {
         "appId": "bench",
         "listen": {"host": "127.0.0.1", "port": listen},
         "metrics": {"host": "127.0.0.1", "port": metrics},
@@ -136,6 +140,8 @@ def sidecar(upstream_url: str) -> Iterator[tuple[str, str, int]]:
             }
         ],
     }
+    if shared_cache is not None:
+        config["sharedCache"] = shared_cache
     with tempfile.NamedTemporaryFile("w", suffix=".json") as file:
         json.dump(config, file)
         file.flush()
@@ -149,7 +155,7 @@ def sidecar(upstream_url: str) -> Iterator[tuple[str, str, int]]:
             "--log-level",
             "WARNING",
         ]
-        with process(args, f"http://127.0.0.1:{metrics}/readyz") as pid:
+        with process(args, f"http://127.0.0.1:{metrics}/readyz", core) as pid:
             yield f"http://127.0.0.1:{listen}/mcp/bench", f"http://127.0.0.1:{metrics}/metrics", pid
 
 

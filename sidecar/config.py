@@ -173,6 +173,14 @@ class SharedCache(_Model):
     )
     """The first part of every key's prefix (the pod's namespace in Kubernetes)."""
 
+    def redacted(self) -> SharedCache:
+        """The same settings with any password in the URL masked, for printing."""
+        parts = urlsplit(self.url)
+        if parts.password is None:
+            return self
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        return self.model_copy(update={"url": parts._replace(netloc=netloc).geturl()})
+
 
 class SidecarConfig(_Model):
     """The whole sidecar configuration. Every field but `servers` has a default."""

@@ -3,10 +3,12 @@ trouble never becomes the caller's."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -391,3 +393,50 @@ async def test_writes_never_delay_the_answer_and_none_outlives_the_sidecar(
     sidecar.stop()
     assert time.monotonic() - stopping < 10
     assert shared.pending_writes == 0
+
+
+def on_loop(sidecar: RunningSidecar, work: Any) -> Any:
+    """Run one of the sidecar's own coroutines on its event loop."""
+    assert sidecar.sidecar.loop is not None
+    return asyncio.run_coroutine_threadsafe(work, sidecar.sidecar.loop).result(10)
+
+
+async def test_purges_reach_the_shared_tier_and_only_their_own_prefix(
+    make_sidecar, redis_server, json_upstream
+) -> None:
+    _, app = json_upstream
+    suffix = uuid.uuid4().hex[:8]
+    # An app id with glob characters must not reach past its own prefix.
+    wild, tame = f"team*{suffix}", f"teamx{suffix}"
+    sidecars = {}
+    for app_id in (wild, tame):
+        document = shared_config(app, redis_server.url, app_id)
+        document["servers"].append(document["servers"][0] | {"name": "t"})
+        sidecars[app_id] = make_sidecar(document)
+    for sidecar in sidecars.values():
+        for server in ("s", "t"):
+            for text in ("one", "two"):
+                await post(
+                    sidecar.url(server),
+                    call_body(1, "echo", {"text": text}),
+                    call_headers("echo"),
+                    10,
+                )
+        await stored_in_redis(sidecar, 4)
+    client = redis_server.client()
+
+    def count(app_id: str, server: str = "*") -> int:
+        quoted = quote(app_id, safe="")
+        return len(list(client.scan_iter(match=f"mcpcache:default:{quoted}:{server}:*")))
+
+    sidecar = sidecars[wild]
+    shared = sidecar.sidecar.shared
+    assert shared is not None
+    (name, *_) = client.scan_iter(match=f"mcpcache:default:{quote(wild, safe='')}:s:*")
+    assert on_loop(sidecar, shared.delete(wild, "s", [name.decode()[-64:]])) == 1
+    assert count(wild, "s") == 1
+    assert on_loop(sidecar, shared.delete_server(wild, "t")) == 2
+    assert (count(wild, "s"), count(wild, "t")) == (1, 0)
+    assert on_loop(sidecar, shared.clear(wild)) == 1
+    assert count(wild) == 0
+    assert count(tame) == 4  # untouched by the other app's purges

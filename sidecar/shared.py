@@ -253,14 +253,14 @@ class SharedTier:
         if entry is None or len(entry.result) > max_size:
             self.metrics.lookups.labels("refused").inc()
             logger.warning("shared cache: refused a stored value", extra={"server": server})
-            self._spawn(self._run("delete", partial(self._unlink, [name])))
+            self._spawn(partial(self._run, "delete", partial(self._unlink, [name])))
             return None
-        now = self.clock()
-        if entry.expires_at <= now:  # this host's clock is ahead of the writer's
+        remaining = min(entry.expires_at - self.clock(), max_ttl)
+        if not remaining > 0:  # expired by this host's clock, or the server's TTL is 0
             self.metrics.lookups.labels("miss").inc()
             return None
         self.metrics.lookups.labels("hit").inc()
-        return entry, min(entry.expires_at - now, max_ttl)
+        return entry, remaining
 
     def put(
         self,
@@ -276,12 +276,10 @@ class SharedTier:
         without waiting for Redis."""
         if len(result) > max_size or ttl <= 0:
             return
-        if len(self._pending) >= MAX_PENDING_WRITES:
-            self.metrics.stores.labels("dropped").inc()
-            return
         now = self.clock()
         value = encode(key, result, event_stream, now, now + ttl)
-        self._spawn(self._put(self.redis_key(app_id, server, key), value, ttl))
+        if not self._spawn(partial(self._put, self.redis_key(app_id, server, key), value, ttl)):
+            self.metrics.stores.labels("dropped").inc()
 
     async def delete(self, app_id: str, server: str, keys: Iterable[str]) -> int:
         """Remove these entries (an invalidation); how many Redis had, or 0 when out of reach."""
@@ -377,10 +375,14 @@ class SharedTier:
         self._breaker.success()
         return value
 
-    def _spawn(self, work: Awaitable[object]) -> None:
-        task = asyncio.ensure_future(work)
+    def _spawn(self, work: Callable[[], Awaitable[object]]) -> bool:
+        """Run `work` as a task of its own, unless `MAX_PENDING_WRITES` already run."""
+        if len(self._pending) >= MAX_PENDING_WRITES:
+            return False
+        task = asyncio.ensure_future(work())
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+        return True
 
     def _breaker_changed(self, state: State) -> None:
         self.metrics.breaker.state(state)

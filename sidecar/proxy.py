@@ -9,6 +9,7 @@ shared tier when there is one) or forward. The decisions live in `policy`; the r
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable
 
@@ -20,16 +21,18 @@ from .capture import ResponseCapture
 from .config import Server, SidecarConfig
 from .errors import (
     FORBIDDEN,
+    LOOP_DETECTED,
     REQUEST_TOO_LARGE,
     UNKNOWN_SERVER,
     UPSTREAM_TIMEOUT,
     UPSTREAM_UNAVAILABLE,
     ProxyError,
 )
+from .flights import SessionFlights, Ticket
 from .headers import forward_headers, response_headers
 from .hit import HitResponse
 from .incoming import Incoming
-from .messages import Message, Verdict, method_label
+from .messages import INVALID_REQUEST, Message, Verdict, method_label
 from .metrics import Metrics
 from .origin import OriginPolicy
 from .relay import Call, Relay
@@ -65,6 +68,10 @@ class Proxy:
         self.client = client
         self.origin_policy = origin_policy
         self.shared = shared
+        self.via_token = f"mcpcache-{secrets.token_hex(8)}"
+        """This sidecar's name in `Via`: a request that already carries it has looped."""
+        self.via = f"1.1 {self.via_token}"
+        self.flights = SessionFlights()
 
     async def handle(self, incoming: Incoming, server_name: str) -> ASGIApp:
         try:
@@ -79,9 +86,14 @@ class Proxy:
             return await self._pass_through(
                 incoming, server, None, None, cache_status.forwarded("method")
             )
-        raw = await incoming.read_body(config.max_request_bytes)
+        raw = await incoming.read_body(config.max_request_bytes, config.header_timeout)
         message = incoming.message(raw)
-        plan = policy.plan(server, message, incoming.headers, config.app_id)
+        try:
+            plan = policy.plan(
+                server, message, incoming.headers, incoming.raw_headers, config.app_id
+            )
+        except policy.RequestRefused as exc:
+            raise ProxyError(400, INVALID_REQUEST, str(exc), message.id) from exc
         method = method_label(message.method)
         if isinstance(plan, policy.Bypass):
             if message.is_request:
@@ -93,13 +105,14 @@ class Proxy:
         if entry is not None:
             self.metrics.count(server.name, method, "hit")
             return HitResponse.of(entry, message.id, self.cache.timer())
-        if self.shared is not None:
+        if self.shared is not None and not plan.session:
+            # Answers given inside a legacy session end with it: they stay in memory.
             entry = await self._shared_lookup(self.shared, config.app_id, server, plan.key)
             if entry is not None:
                 self.metrics.count(server.name, method, "hit")
                 return HitResponse.of(entry, message.id, self.cache.timer(), shared=True)
         self.metrics.count(server.name, method, "miss")
-        return await self._miss(incoming, server, message, raw, plan.key, config.app_id)
+        return await self._miss(incoming, server, message, raw, plan, config.app_id)
 
     async def _shared_lookup(
         self, shared: SharedTier, app_id: str, server: Server, key: str
@@ -113,7 +126,7 @@ class Proxy:
             return None
         value, remaining = found
         age = max(0.0, shared.clock() - value.stored_at)
-        entry = self.cache.store(key, value.result, value.event_stream, remaining, age)
+        entry = self.cache.store(key, value.result, value.event_stream, remaining, age=age)
         if entry is None:  # larger than the whole memory budget: served, not kept
             now = self.cache.timer()
             entry = Entry(value.result, value.event_stream, now - age, now + remaining)
@@ -123,6 +136,10 @@ class Proxy:
         """The listener's guards, then the named server."""
         if (problem := self.origin_policy.refusal(incoming.headers)) is not None:
             raise ProxyError(403, FORBIDDEN, problem)
+        if self.via_token in incoming.headers.get("via", ""):
+            raise ProxyError(
+                508, LOOP_DETECTED, "request already passed through this sidecar (a loop)"
+            )
         if incoming.header_bytes > config.max_header_bytes:
             raise ProxyError(
                 431,
@@ -149,11 +166,12 @@ class Proxy:
     ) -> Response:
         """Forward and relay; nothing is stored. A request's answer is still followed,
         to end a stream that breaks before answering with an error the client sees."""
-        call, response = await self._open(incoming, server, message, raw)
+        call, response, ticket = await self._open(incoming, server, message, raw)
+        self._forget_ended_session(incoming, server, response)
         capture = None
         if message is not None and message.is_request:
             capture = ResponseCapture(message.id, response.event_stream, 0)
-        relay = Relay(response, call, self.metrics, capture)
+        relay = Relay(response, call, self.metrics, capture, on_done=self._ender(ticket))
         streaming = StreamingResponse(relay.stream(b""), response.status)
         return _with_headers(streaming, response_headers(response.headers), status)
 
@@ -163,20 +181,26 @@ class Proxy:
         server: Server,
         message: Message,
         raw: bytes,
-        key: str,
+        lookup: policy.Lookup,
         app_id: str,
     ) -> Response:
         """Forward a cacheable request, relay its answer and store it if the policy allows."""
-        call, response = await self._open(incoming, server, message, raw)
-        refused = policy.response_refusal(response.status, response.header_map)
+        call, response, ticket = await self._open(incoming, server, message, raw)
+        self._forget_ended_session(incoming, server, response)
+        refused = policy.response_refusal(
+            server, lookup, response.status, response.header_map, response.event_stream
+        )
         capture = ResponseCapture(
             message.id, response.event_stream, server.cache.effective_max_size, refused
         )
 
         def store(verdict: Verdict, event_stream: bool) -> Verdict:
-            return self._store(server, key, app_id, verdict, event_stream)
+            if ticket is not None and ticket.reused and verdict.reason is None:
+                verdict = Verdict("id_reused")
+            ttl = policy.storage_ttl(server, verdict, response.header_map)
+            return self._store(server, lookup, app_id, verdict, event_stream, ttl)
 
-        relay = Relay(response, call, self.metrics, capture, store)
+        relay = Relay(response, call, self.metrics, capture, store, self._ender(ticket))
         headers = response_headers(response.headers)
         if response.event_stream:
             return _with_headers(
@@ -192,10 +216,33 @@ class Proxy:
             StreamingResponse(relay.stream(prefix), response.status), headers, too_large
         )
 
+    def _ender(self, ticket: Ticket | None) -> Callable[[], None] | None:
+        if ticket is None:
+            return None
+        return lambda: self.flights.end(ticket)
+
     async def _open(
         self, incoming: Incoming, server: Server, message: Message | None, raw: bytes | None
+    ) -> tuple[Call, UpstreamResponse, Ticket | None]:
+        """Send the request upstream; upstream failures become 502/504 errors.
+
+        A request inside a legacy session holds a ticket for its id until its answer
+        has passed (see `flights`)."""
+        ticket = None
+        session = incoming.headers.get(policy.SESSION_HEADER)
+        if session is not None and message is not None and message.is_request:
+            ticket = self.flights.begin(policy.session_scope(server, session), message.id)
+        try:
+            call, response = await self._send(incoming, server, message, raw)
+        except BaseException:
+            if ticket is not None:
+                self.flights.end(ticket)
+            raise
+        return call, response, ticket
+
+    async def _send(
+        self, incoming: Incoming, server: Server, message: Message | None, raw: bytes | None
     ) -> tuple[Call, UpstreamResponse]:
-        """Send the request upstream; upstream failures become 502/504 errors."""
         request_id = message.id if message is not None else None
         call = Call(
             server.name,
@@ -207,7 +254,7 @@ class Proxy:
             response = await self.client.open(
                 incoming.method,
                 server.url,
-                forward_headers(incoming.raw_headers),
+                forward_headers(incoming.raw_headers, self.via),
                 raw,
                 server.timeout,
                 # A GET is the server's long-lived event stream: no idle limit on it.
@@ -244,20 +291,41 @@ class Proxy:
             },
         )
 
+    def _forget_ended_session(
+        self, incoming: Incoming, server: Server, response: UpstreamResponse
+    ) -> None:
+        """A legacy session the upstream ended (DELETE) or no longer knows (404) takes
+        its entries on that server with it: nobody may be answered inside it any more."""
+        session = incoming.headers.get(policy.SESSION_HEADER)
+        if session is None:
+            return
+        ended = incoming.method == "DELETE" and 200 <= response.status < 300
+        if ended or response.status == 404:
+            self.cache.purge_session(policy.session_scope(server, session))
+
     def _store(
-        self, server: Server, key: str, app_id: str, verdict: Verdict, event_stream: bool
+        self,
+        server: Server,
+        lookup: policy.Lookup,
+        app_id: str,
+        verdict: Verdict,
+        event_stream: bool,
+        ttl: float,
     ) -> Verdict:
-        """Store a storable answer in memory and, only if memory kept it, in the shared
-        tier (without waiting for it); count why not otherwise."""
+        """Store a storable answer in memory and, only if memory kept it and it belongs
+        to no legacy session, in the shared tier (without waiting for it); count why not
+        otherwise."""
         if verdict.reason is None:
-            ttl = policy.storage_ttl(server, verdict)
-            if self.cache.store(key, verdict.result, event_stream, ttl) is None:
+            stored = self.cache.store(
+                lookup.key, verdict.result, event_stream, ttl, session=lookup.session
+            )
+            if stored is None:
                 verdict = Verdict("over_budget")
-            elif self.shared is not None:
+            elif self.shared is not None and not lookup.session:
                 self.shared.put(
                     app_id,
                     server.name,
-                    key,
+                    lookup.key,
                     verdict.result,
                     event_stream,
                     ttl,

@@ -14,7 +14,7 @@ import pytest
 
 from mcpcache.sidecar.config import ConfigError, parse_config
 from mcpcache.sidecar.shared import MAGIC, Breaker, decode, encode
-from peers.clients import call_body, call_headers, post
+from peers.clients import LEGACY, call_body, call_headers, mcp_client, post
 from peers.redisserver import RedisServer
 from peers.serving import ServedApp, async_wait_until
 from peers.sidecar import RunningSidecar, one_server
@@ -440,3 +440,23 @@ async def test_purges_reach_the_shared_tier_and_only_their_own_prefix(
     assert on_loop(sidecar, shared.clear(wild)) == 1
     assert count(wild) == 0
     assert count(tame) == 4  # untouched by the other app's purges
+
+
+async def test_answers_inside_a_legacy_session_stay_in_memory(
+    make_sidecar, redis_server, json_upstream
+) -> None:
+    _, app = json_upstream
+    document = shared_config(app, redis_server.url)
+    sidecar = make_sidecar(document)
+    async with mcp_client(sidecar.url("s"), mode=LEGACY) as client:
+        first = await client.call_tool("echo", {"text": "in a session"})
+        second = await client.call_tool("echo", {"text": "in a session"})
+    assert second.content == first.content  # a hit, from memory
+    await call(sidecar, "echo", {"text": "outside any session"})
+    await stored_in_redis(sidecar)
+    assert len(keys(redis_server, document["appId"])) == 1
+    lookups = sum(
+        sidecar.sample("mcpcache_shared_lookups_total", result=result)
+        for result in ("hit", "miss", "refused", "error", "skipped")
+    )
+    assert lookups == 1

@@ -184,8 +184,8 @@ class SidecarConfig(_Model):
     max_request_bytes: Quantity = DEFAULT_MAX_REQUEST_BYTES
     max_header_bytes: Quantity = DEFAULT_MAX_HEADER_BYTES
     header_timeout: Duration = Field(default=10.0, gt=0)
-    """Seconds a connection has to send a request's headers (both listeners), and then
-    its body."""
+    """Seconds a connection has to send a whole request, headers and body (both
+    listeners); a slower one is closed."""
     max_connections: int = Field(default=1000, ge=1)
     """Connections or requests in flight a listener takes before answering 503."""
     allowed_hosts: tuple[str, ...] = ()

@@ -82,7 +82,7 @@ class Proxy:
             return await self._pass_through(
                 incoming, server, None, None, cache_status.forwarded("method")
             )
-        raw = await incoming.read_body(config.max_request_bytes, config.header_timeout)
+        raw = await incoming.read_body(config.max_request_bytes)
         message = incoming.message(raw)
         try:
             plan = policy.plan(

@@ -106,3 +106,20 @@ def test_readmes_podmonitor_for_the_sidecars_is_accepted(
     document["metadata"]["namespace"] = NAMESPACE
     code, output = dry_run(control_plane, yaml.safe_dump(document), tmp_path)
     assert code == 0, output
+
+
+def test_chart_lints_clean_with_every_monitoring_object(control_plane: ControlPlane) -> None:
+    result = control_plane.run_helm(
+        "lint",
+        "--strict",
+        str(CHART),
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.prometheusRule.enabled=true",
+        "--set",
+        "metrics.grafanaDashboard.enabled=true",
+        "--set",
+        "metrics.grafanaDashboard.annotations.grafana_folder=MCP",
+    )
+    assert "0 chart(s) failed" in result.stdout

@@ -12,23 +12,24 @@ import gc
 import logging
 import socket
 from collections.abc import Callable
-from typing import Literal
 
-import httpx
 import uvicorn
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .config import SidecarConfig
+from .config import Address, SidecarConfig
 from .errors import UNKNOWN_SERVER, ProxyError
+from .incoming import Incoming
+from .listener import uvicorn_config
 from .messages import INVALID_REQUEST
 from .metrics import Metrics
 from .origin import OriginPolicy
-from .proxy import Incoming, Proxy
+from .proxy import Proxy
 from .reload import ConfigSource
 from .store import ResponseCache
+from .upstream import UpstreamClient
 
 logger = logging.getLogger("mcpcache.sidecar")
 
@@ -48,11 +49,8 @@ class Sidecar:
             current.cache.max_bytes,
             on_evict=self.metrics.record_eviction,
         )
-        self.client = httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-            follow_redirects=False,
-            trust_env=False,
-        )
+        self.metrics.watch_cache(self.cache)
+        self.client = UpstreamClient()
         self.proxy = Proxy(
             config, self.cache, self.metrics, self.client, OriginPolicy(current.allowed_hosts)
         )
@@ -74,7 +72,6 @@ class Sidecar:
 
         @app.get("/metrics")
         async def metrics() -> Response:
-            self.metrics.observe_cache(self.cache)
             return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
         @app.get("/healthz")
@@ -98,8 +95,8 @@ class Sidecar:
         self.loop = asyncio.get_running_loop()
         current = self.config()
         servers = self._servers = [
-            _server(self.proxy_app(), current.listen.host, current.listen.port),
-            _server(self.metrics_app(), current.metrics.host, current.metrics.port),
+            _server(self.proxy_app(), current.listen, current),
+            _server(self.metrics_app(), current.metrics, current),
         ]
         sockets = [proxy_socket, metrics_socket]
         tasks = [
@@ -155,10 +152,7 @@ class ProxyApp:
         self.proxy = proxy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
-            return
-        if scope["type"] != "http":
+        if scope["type"] != "http":  # no lifespan: the listeners run with lifespan="off"
             return
         path: str = scope["path"]
         name = path[5:] if path.startswith("/mcp/") else ""
@@ -178,36 +172,13 @@ class ProxyApp:
         await response(scope, receive, send)
 
 
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-
-
-def uvicorn_config(
-    app: ASGIApp, host: str, port: int, lifespan: Literal["auto", "on", "off"] = "off"
-) -> uvicorn.Config:
-    """The server settings of both listeners (benchmarks serve their baselines with these).
-
-    No access log (hits must not log), no proxy-header rewriting (the listener faces
-    loopback callers, not a proxy), no Server/Date headers.
-    """
-    return uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_config=None,
-        access_log=False,
-        proxy_headers=False,
-        lifespan=lifespan,
-        server_header=False,
-        date_header=False,
+def _server(app: ASGIApp, address: Address, config: SidecarConfig) -> uvicorn.Server:
+    return uvicorn.Server(
+        uvicorn_config(
+            app,
+            address.host,
+            address.port,
+            header_timeout=config.header_timeout,
+            max_connections=config.max_connections,
+        )
     )
-
-
-def _server(app: ASGIApp, host: str, port: int) -> uvicorn.Server:
-    return uvicorn.Server(uvicorn_config(app, host, port))

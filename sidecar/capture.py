@@ -4,30 +4,52 @@ The response is never held back: the proxy hands every chunk to the client as it
 and shows it to a `ResponseCapture` on the way. The capture counts the bytes of the
 whole response (progress and log frames included), notices server-to-client requests
 inside an event stream, and picks out the final JSON-RPC response to the caller's id.
-Pure, no I/O: SSE framing is decoded with httpx-sse's decoder.
+Pure, no I/O. Memory is bounded by the largest answer that could be stored: past that,
+bodies are counted, not kept, and overlong events are skipped.
 """
 
 from __future__ import annotations
 
-import codecs
-from typing import Any
+from typing import Any, Final
 
 import orjson
-from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
-from .messages import NotStoredReason, Verdict, is_server_request, judge_response
+from .messages import (
+    NotStoredReason,
+    Verdict,
+    has_inexact_number,
+    is_server_request,
+    judge_response,
+)
+from .sse import Event, EventDecoder
+
+MIN_EVENT_BOUND: Final = 64 << 10
+"""Events up to this size are decoded even when nothing may be stored, so that a stream
+which ends without its answer can still be noticed."""
+
+
+_DISPATCHED = (b"", b"message")
 
 
 class ResponseCapture:
-    """Follows one upstream response to a cacheable request.
+    """Follows one upstream response to a request.
 
     `feed` every chunk in order, then `finish` at the end of the body. `verdict` becomes
     set as soon as the outcome is known — for an event stream, when the final response
     event arrives, which is before that event's bytes are passed on to the client, so a
     caller that has seen the answer can already be served from the cache.
+
+    `refused` is a reason known before the body (the upstream's status or headers): the
+    answer is then followed but never kept.
     """
 
-    def __init__(self, request_id: Any, event_stream: bool, max_size: int) -> None:
+    def __init__(
+        self,
+        request_id: Any,
+        event_stream: bool,
+        max_size: int,
+        refused: NotStoredReason | None = None,
+    ) -> None:
         self.request_id = request_id
         self.event_stream = event_stream
         self.max_size = max_size
@@ -35,22 +57,27 @@ class ResponseCapture:
         self.final_seen = False
         self.resumable = False
         """The stream carried SSE event ids, so a client may resume it after a close."""
-        self.verdict: Verdict | None = None
+        self.skipped_event = False
+        """An event too large to decode passed: it may have been the answer."""
+        self.verdict: Verdict | None = Verdict(refused) if refused is not None else None
         self._server_request = False
         self._body: list[bytes] = []
-        self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._lines = SSELineDecoder()
-        self._events = SSEDecoder()
+        self._events = EventDecoder(max(max_size, MIN_EVENT_BOUND))
 
     @property
     def too_large(self) -> bool:
         return self.size > self.max_size
 
+    @property
+    def answered(self) -> bool:
+        """The final response passed, or may have (inside an event too large to read)."""
+        return self.final_seen or self.skipped_event
+
     def feed(self, chunk: bytes) -> None:
         self.size += len(chunk)
         if self.event_stream:
             if not self.final_seen:
-                self._feed_events(self._text.decode(chunk))
+                self._see_events(self._events.feed(chunk))
         elif self.too_large:
             self._body.clear()
         else:
@@ -58,17 +85,17 @@ class ResponseCapture:
 
     def finish(self) -> Verdict:
         """The body has ended; decide if not yet decided."""
-        if self.verdict is None:
-            if self.event_stream:
-                if not self.final_seen:
-                    self._feed_events(self._text.decode(b"", final=True))
-                    for line in self._lines.flush():
-                        self._feed_line(line)
-                    self._feed_line("")
-            elif not self.too_large:
-                self._judge_body(b"".join(self._body))
+        if self.verdict is None and not self.event_stream and not self.too_large:
+            self._judge_body(b"".join(self._body))
         if self.verdict is None:
             self._decide("too_large" if self.too_large else "incomplete")
+        assert self.verdict is not None
+        return self.verdict
+
+    def fail(self) -> Verdict:
+        """The body broke off before its end: nothing from it may be stored."""
+        if self.verdict is None:
+            self._decide("incomplete")
         assert self.verdict is not None
         return self.verdict
 
@@ -76,22 +103,20 @@ class ResponseCapture:
         self.verdict = Verdict(reason)
         self._body.clear()
 
-    def _feed_events(self, text: str) -> None:
-        if not text:
-            return
-        for line in self._lines.decode(text):
-            self._feed_line(line)
+    def _see_events(self, events: list[Event]) -> None:
+        for event in events:
+            self._see_event(event)
             if self.final_seen:
                 return
 
-    def _feed_line(self, line: str) -> None:
-        event = self._events.decode(line)
-        if event is None:
-            return
-        if event.id:
+    def _see_event(self, event: Event) -> None:
+        if event.has_id:
             self.resumable = True
-        if not event.data:
+        if event.truncated:
+            self.skipped_event = True
             return
+        if not event.data or event.name not in _DISPATCHED:
+            return  # clients dispatch only `message` events
         try:
             message = orjson.loads(event.data)
         except orjson.JSONDecodeError:
@@ -102,7 +127,7 @@ class ResponseCapture:
             self._server_request = True
             return
         if message.get("id") == self.request_id and ("result" in message or "error" in message):
-            self._judge_final(message)
+            self._judge_final(message, event.data)
 
     def _judge_body(self, body: bytes) -> None:
         try:
@@ -111,13 +136,17 @@ class ResponseCapture:
             self._decide("incomplete")
             return
         if isinstance(message, dict) and message.get("id") == self.request_id:
-            self._judge_final(message)
+            self._judge_final(message, body)
 
-    def _judge_final(self, message: dict[str, Any]) -> None:
+    def _judge_final(self, message: dict[str, Any], raw: bytes) -> None:
         self.final_seen = True
+        if self.verdict is not None:
+            return  # refused before the body: followed, never kept
         if self._server_request:
             self._decide("server_request")
         elif self.too_large:
             self._decide("too_large")
+        elif has_inexact_number(raw):
+            self._decide("inexact_number")  # a hit would not repeat its numbers exactly
         else:
             self.verdict = judge_response(message)

@@ -6,7 +6,7 @@ reason: never a caller, a token, an argument or a body.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -54,7 +54,7 @@ class Metrics:
         )
         self.evictions = Counter(
             "mcpcache_cache_evictions",
-            "Entries removed before a lookup found them: expired, or evicted for space.",
+            "Entries removed before a lookup found them: expired, evicted for space, or purged.",
             ["reason"],
             registry=self.registry,
         )
@@ -77,7 +77,7 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
-        for reason in ("expired", "capacity"):
+        for reason in get_args(EvictionReason):
             self.evictions.labels(reason)
         # Present from the start at 0, so that increase() sees the first rejection.
         for result in ("applied", "rejected"):
@@ -95,9 +95,9 @@ class Metrics:
     def record_eviction(self, reason: EvictionReason) -> None:
         self.evictions.labels(reason).inc()
 
-    def observe_cache(self, cache: ResponseCache) -> None:
-        """Set the cache gauges; called when /metrics is scraped, not per request."""
-        self.entries.set(len(cache))
-        self.bytes.set(cache.currsize)
-        self.max_entries.set(cache.max_entries)
-        self.max_bytes.set(cache.max_bytes)
+    def watch_cache(self, cache: ResponseCache) -> None:
+        """Read the cache gauges from `cache` when /metrics is scraped, not per request."""
+        self.entries.set_function(lambda: len(cache))
+        self.bytes.set_function(lambda: cache.currsize)
+        self.max_entries.set_function(lambda: cache.max_entries)
+        self.max_bytes.set_function(lambda: cache.max_bytes)

@@ -11,12 +11,12 @@ import heapq
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import cachetools
 
-EvictionReason = Literal["expired", "capacity"]
+EvictionReason = Literal["expired", "capacity", "purged"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +32,8 @@ class Entry:
     """Whether the upstream answered as `text/event-stream` (a hit answers the same way)."""
     stored_at: float
     expires_at: float
+    session: str = ""
+    """Digest of the legacy session the answer was given in ("" for none)."""
     seq: int = field(default=0, compare=False)
 
     @property
@@ -78,20 +80,40 @@ class ResponseCache(cachetools.Cache[str, Entry]):
             return None
         return entry
 
-    def store(self, key: str, result: bytes, event_stream: bool, ttl: float) -> Entry | None:
+    def store(
+        self, key: str, result: bytes, event_stream: bool, ttl: float, session: str = ""
+    ) -> Entry | None:
         """Store a result for `ttl` seconds; None when it can never fit the budget."""
         if ttl <= 0 or len(result) > self.maxsize:
             return None
         now = self.timer()
-        entry = Entry(result, event_stream, now, now + ttl, next(self._seq))
+        self[key] = Entry(result, event_stream, now, now + ttl, session)
+        return self.get(key)
+
+    def __setitem__(self, key: str, entry: Entry) -> None:
+        """Insert or replace, evicting nearest-to-expiry entries until both budgets hold."""
+        entry = replace(entry, seq=next(self._seq))  # each stored entry is told apart in the heap
         if key not in self:
             while len(self) >= self.max_entries:
                 self.popitem()
-        self[key] = entry
+        cachetools.Cache.__setitem__(self, key, entry)
         heapq.heappush(self._expiry_heap, (entry.expires_at, entry.seq, key))
         if len(self._expiry_heap) > 2 * len(self) + 64:
             self._compact_heap()
-        return entry
+
+    def __delitem__(self, key: str) -> None:
+        """Remove without counting an eviction; the heap forgets it lazily (its `seq`
+        no longer matches a live entry)."""
+        cachetools.Cache.__delitem__(self, key)
+
+    def purge(self, keys: list[str]) -> int:
+        """Remove these entries on request (not for space); returns how many were here."""
+        removed = 0
+        for key in keys:
+            if key in self:
+                self._remove(key, "purged")
+                removed += 1
+        return removed
 
     def popitem(self) -> tuple[str, Entry]:
         """Evict the entry nearest to its expiry (the cachetools eviction hook)."""
@@ -104,6 +126,11 @@ class ResponseCache(cachetools.Cache[str, Entry]):
             self._remove(key, reason)
             return key, entry
         raise KeyError("cache is empty")
+
+    def purge_session(self, session: str) -> int:
+        """Remove every entry given inside `session` (a scan: sessions end rarely, and
+        the hit path keeps no index for them)."""
+        return self.purge([key for key, entry in self.items() if entry.session == session])
 
     def expire(self) -> int:
         """Drop every expired entry; returns how many were dropped."""
@@ -118,7 +145,7 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         return dropped
 
     def _remove(self, key: str, reason: EvictionReason) -> None:
-        cachetools.Cache.__delitem__(self, key)
+        del self[key]
         if self._on_evict is not None:
             self._on_evict(reason)
 

@@ -8,7 +8,6 @@ sidecar reloads -> an SDK client's second identical call is a hit -> /metrics sh
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -22,13 +21,7 @@ from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from peers.clients import mcp_client
-from peers.serving import async_wait_until, wait_until
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from peers.serving import async_wait_until, free_port, wait_until
 
 
 def hits(metrics_url: str, server: str) -> float:
@@ -57,7 +50,7 @@ def sidecar_process(tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
         "MCPCACHE_METRICS_PORT": str(metrics_port),
     }
     command = [sys.executable, "-m", "mcpcache.sidecar.cli", "sidecar"]
-    command += ["--config", str(config_file), "--allow-missing-config"]
+    command += ["--servers-file", str(config_file), "--allow-missing-config"]
     process = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
     try:
         yield (

@@ -60,6 +60,8 @@ def rendered_monitoring_objects(plane: ControlPlane) -> list[dict]:
         "--set",
         "metrics.serviceMonitor.enabled=true",
         "--set",
+        "metrics.podMonitor.enabled=true",
+        "--set",
         "metrics.prometheusRule.enabled=true",
     ).stdout
     return [
@@ -74,7 +76,7 @@ def test_chart_monitoring_objects_are_accepted_by_the_real_crds(
 ) -> None:
     objects = rendered_monitoring_objects(control_plane)
     kinds = {doc["kind"] for doc in objects}
-    assert {"ServiceMonitor", "PrometheusRule"} <= kinds
+    assert kinds == {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
     code, output = dry_run(control_plane, yaml.safe_dump_all(objects), tmp_path)
     assert code == 0, output
     assert output.count("(server dry run)") == len(objects)
@@ -115,6 +117,8 @@ def test_chart_lints_clean_with_every_monitoring_object(control_plane: ControlPl
         str(CHART),
         "--set",
         "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.podMonitor.enabled=true",
         "--set",
         "metrics.prometheusRule.enabled=true",
         "--set",

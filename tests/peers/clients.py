@@ -49,6 +49,17 @@ def call_headers(name: str, method: str = "tools/call", **extra: str) -> dict[st
     }
 
 
+async def post(
+    url: str,
+    body: object,
+    headers: dict[str, str] | None = None,
+    seconds: float = 30,
+) -> httpx.Response:
+    """One raw POST (for what the SDK client cannot be made to send), with a deadline."""
+    async with httpx.AsyncClient(timeout=seconds) as http:
+        return await http.post(url, content=json.dumps(body).encode(), headers=headers or {})
+
+
 def sse_messages(response: httpx.Response) -> list[dict[str, Any]]:
     """The JSON-RPC messages of a read event-stream response, parsed by httpx-sse.
 

@@ -13,7 +13,6 @@ import ipaddress
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -29,16 +28,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-from .serving import end_process_group, log_tail
+from .serving import end_process_group, free_port, log_tail
 
 BIN_ENV = "MCPCACHE_CONTROLPLANE_BIN"
 """Directory with the `controlplane`, `kubectl` and `helm` binaries (see build.sh)."""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _name(common_name: str, organization: str | None = None) -> x509.Name:
@@ -145,7 +138,7 @@ class ControlPlane:
     def __init__(self, bin_dir: Path) -> None:
         self.bin_dir = bin_dir
         self.dir = Path(tempfile.mkdtemp(prefix="mcpcache-kube-"))
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self.kubeconfig = self.dir / "kubeconfig"
         self.ca_file = self.dir / "ca.crt"
@@ -197,8 +190,8 @@ class ControlPlane:
         args = [
             str(self.bin_dir / "controlplane"),
             f"-data-dir={self.dir}",
-            f"-etcd-client-port={_free_port()}",
-            f"-etcd-peer-port={_free_port()}",
+            f"-etcd-client-port={free_port()}",
+            f"-etcd-peer-port={free_port()}",
             "--",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
@@ -215,6 +208,9 @@ class ControlPlane:
             # service accounts; pods are admitted without one.
             "--disable-admission-plugins=ServiceAccount",
             "--enable-priority-and-fairness=false",
+            # Reach a Service through its EndpointSlice, as there is no cluster network:
+            # how the tests call the chart's own webhook configuration.
+            "--enable-aggregator-routing=true",
             "--profiling=false",
             f"--cert-dir={self.dir / 'certs'}",
         ]

@@ -17,6 +17,13 @@ from typing import Any
 import uvicorn
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on right now (for processes that bind it themselves)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def loopback_socket() -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -24,13 +31,6 @@ def loopback_socket() -> socket.socket:
     sock.listen(128)
     sock.set_inheritable(True)
     return sock
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago, for a process that binds it itself."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:

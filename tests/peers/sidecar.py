@@ -54,17 +54,29 @@ class RunningSidecar:
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.metrics_port}"
 
-    def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    def scrape(self) -> Samples:
         """Every sample of /metrics, parsed by prometheus-client's own parser."""
-        text = httpx.get(f"{self.metrics_url}/metrics").text
-        samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-        return samples
+        return parse_samples(httpx.get(f"{self.metrics_url}/metrics", timeout=10).text)
 
     def sample(self, name: str, **labels: str) -> float:
-        return self.scrape().get((name, tuple(sorted(labels.items()))), 0.0)
+        return sample(self.scrape(), name, **labels)
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def parse_samples(text: str) -> Samples:
+    """An exposition's samples by name and sorted labels, read by prometheus-client."""
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for item in family.samples:
+            samples[(item.name, tuple(sorted(item.labels.items())))] = item.value
+    return samples
+
+
+def sample(samples: Samples, name: str, **labels: str) -> float:
+    """One sample's value; 0 for a series not (yet) exported."""
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
 def one_server(url: str, name: str = "s", **cache: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import httpx
 import psutil
 import pytest
 
-from peers.clients import call_body, call_headers, sse_messages
+from peers.clients import call_body, call_headers, post, sse_messages
 from peers.faulty import FaultyUpstream
 from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar
@@ -64,19 +64,14 @@ async def settled(sidecar: RunningSidecar, faulty: FaultyUpstream, baseline: int
     await async_wait_until(lambda: upstream_sockets(faulty) == 0, what="upstream sockets to close")
 
 
-async def post(sidecar: RunningSidecar, server: str, request_id: int = 1) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=30) as http:
-        return await http.post(
-            sidecar.url(server),
-            json=call_body(request_id, "echo", {}),
-            headers=call_headers("echo"),
-        )
+async def post_echo(sidecar: RunningSidecar, server: str, request_id: int = 1) -> httpx.Response:
+    return await post(sidecar.url(server), call_body(request_id, "echo", {}), call_headers("echo"))
 
 
 async def test_an_upstream_5xx_reaches_the_caller_and_is_not_cached(sidecar, faulty) -> None:
     baseline = tasks(sidecar)
     for request_id in (1, 2):
-        response = await post(sidecar, "status-500", request_id)
+        response = await post_echo(sidecar, "status-500", request_id)
         assert response.status_code == 500
         assert response.json()["error"]["message"] == "boom"
         assert response.headers["cache-status"] == "mcpcache; fwd=miss; detail=upstream-status"
@@ -87,7 +82,7 @@ async def test_an_upstream_5xx_reaches_the_caller_and_is_not_cached(sidecar, fau
 @pytest.mark.parametrize("fault", ["reset-mid-stream", "truncated-event"])
 async def test_a_broken_event_stream_ends_with_a_json_rpc_error(sidecar, faulty, fault) -> None:
     baseline = tasks(sidecar)
-    response = await post(sidecar, fault, 7)
+    response = await post_echo(sidecar, fault, 7)
     assert response.status_code == 200
     last = sse_messages(response)[-1]
     assert last["id"] == 7

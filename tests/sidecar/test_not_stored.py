@@ -15,7 +15,7 @@ from mcp_types import (
     TextContent,
 )
 
-from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client
+from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client, post
 from peers.serving import async_wait_until, served
 from peers.sidecar import one_server
 from peers.upstream import Upstream
@@ -25,16 +25,15 @@ def unique() -> str:
     return uuid.uuid4().hex
 
 
-async def post(sidecar, server: str, body: dict, name: str) -> httpx.Response:
-    async with httpx.AsyncClient() as http:
-        return await http.post(sidecar.url(server), json=body, headers=call_headers(name))
+async def post_call(sidecar, server: str, body: dict, name: str) -> httpx.Response:
+    return await post(sidecar.url(server), body, call_headers(name))
 
 
 async def test_tool_errors_are_not_stored(sidecar, json_upstream) -> None:
     peer, _ = json_upstream
     before = peer.calls["broken"]
     for request_id in (1, 2):
-        response = await post(sidecar, "json", call_body(request_id, "broken", {}), "broken")
+        response = await post_call(sidecar, "json", call_body(request_id, "broken", {}), "broken")
         assert response.json()["result"]["isError"] is True
         assert response.headers["cache-status"] == "mcpcache; fwd=miss; detail=tool-error"
     assert peer.calls["broken"] == before + 2
@@ -43,7 +42,7 @@ async def test_tool_errors_are_not_stored(sidecar, json_upstream) -> None:
 
 async def test_json_rpc_errors_are_not_stored(sidecar, json_upstream) -> None:
     for request_id in (1, 2):
-        response = await post(
+        response = await post_call(
             sidecar, "json", call_body(request_id, "no-such-tool", {}), "no-such-tool"
         )
         assert "error" in response.json() or response.json()["result"].get("isError")
@@ -60,12 +59,14 @@ async def test_a_result_larger_than_max_size_reaches_the_client_whole_but_is_not
     _, app = json_upstream
     sidecar = make_sidecar(one_server(app.base_url + "/mcp", maxSize="4Ki"))
     for request_id in (1, 2):
-        response = await post(sidecar, "s", call_body(request_id, "blob", {"size": 10_000}), "blob")
+        response = await post_call(
+            sidecar, "s", call_body(request_id, "blob", {"size": 10_000}), "blob"
+        )
         assert response.status_code == 200
         assert len(response.json()["result"]["content"][0]["text"]) == 10_000
         assert response.headers["cache-status"] == "mcpcache; fwd=miss; detail=too-large"
     assert sidecar.sample("mcpcache_not_stored_total", server="s", reason="too_large") == 2
-    small = await post(sidecar, "s", call_body(3, "blob", {"size": 1000}), "blob")
+    small = await post_call(sidecar, "s", call_body(3, "blob", {"size": 1000}), "blob")
     assert small.headers["cache-status"] == "mcpcache; fwd=miss; stored"
 
 
@@ -127,7 +128,7 @@ async def test_requests_carrying_request_state_bypass_the_cache(sidecar, json_up
     body = call_body(1, "echo", {"text": unique()})
     body["params"]["requestState"] = "opaque"
     for _ in range(2):
-        response = await post(sidecar, "json", body, "echo")
+        response = await post_call(sidecar, "json", body, "echo")
         assert response.headers["cache-status"] == "mcpcache; fwd=request"
     assert (
         sidecar.sample(
@@ -182,7 +183,7 @@ async def test_upstream_no_store_is_respected(make_sidecar, json_upstream) -> No
     with served(add_no_store) as app:
         sidecar = make_sidecar(one_server(app.base_url + "/mcp"))
         for request_id in (1, 2):
-            response = await post(
+            response = await post_call(
                 sidecar, "s", call_body(request_id, "echo", {"text": "x"}), "echo"
             )
             assert response.headers["cache-status"] == "mcpcache; fwd=miss; detail=no-store"
@@ -193,11 +194,11 @@ async def test_an_expired_entry_is_not_served(make_sidecar, json_upstream) -> No
     _, app = json_upstream
     sidecar = make_sidecar(one_server(app.base_url + "/mcp", ttl="300ms"))
     text = unique()
-    first = await post(sidecar, "s", call_body(1, "echo", {"text": text}), "echo")
+    first = await post_call(sidecar, "s", call_body(1, "echo", {"text": text}), "echo")
     assert first.headers["cache-status"] == "mcpcache; fwd=miss; stored"
     entry = next(iter(sidecar.sidecar.cache.values()))
     await async_wait_until(lambda: sidecar.sidecar.cache.timer() >= entry.expires_at, what="expiry")
-    again = await post(sidecar, "s", call_body(2, "echo", {"text": text}), "echo")
+    again = await post_call(sidecar, "s", call_body(2, "echo", {"text": text}), "echo")
     assert again.headers["cache-status"] == "mcpcache; fwd=miss; stored"
     assert again.json()["result"] != first.json()["result"]
 

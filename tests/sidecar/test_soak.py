@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -21,28 +20,18 @@ from pathlib import Path
 
 import httpx
 import psutil
-from prometheus_client.parser import text_string_to_metric_families
 
 from peers.clients import call_body, call_headers, sse_messages
-from peers.serving import wait_until
+from peers.serving import free_port, wait_until
+from peers.sidecar import parse_samples, sample
 
 SECONDS = float(os.environ.get("MCPCACHE_SOAK_SECONDS", "8"))
 TOKENS = [f"secret-token-{uuid.uuid4().hex}" for _ in range(3)]
 SECRET_WORD = f"secret-argument-{uuid.uuid4().hex}"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def metric(text: str, name: str) -> float:
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and not sample.labels:
-                return sample.value
-    raise KeyError(name)
+    return sample(parse_samples(text), name)
 
 
 def test_soak_mixed_traffic(upstream, tmp_path: Path) -> None:

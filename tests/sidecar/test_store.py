@@ -102,3 +102,25 @@ def test_expire_drops_only_expired_entries() -> None:
     clock.now += 5
     assert cache.expire() == 1
     assert set(cache) == {"b"}
+
+
+def test_item_assignment_and_deletion_keep_the_expiry_order() -> None:
+    cache, clock, evicted = make(max_entries=2)
+    cache.store("a", b"1", False, ttl=100)
+    cache["a"] = cache["a"].__class__(b"2", False, clock.now, clock.now + 1)
+    cache.store("b", b"3", False, ttl=50)
+    cache.store("c", b"4", False, ttl=60)  # "a" now expires first, whatever it was
+    assert set(cache) == {"b", "c"}
+    del cache["b"]
+    cache.store("d", b"5", False, ttl=5)
+    assert set(cache) == {"c", "d"}
+    assert evicted == ["capacity"]
+
+
+def test_a_purge_is_counted_as_purged_not_as_capacity() -> None:
+    cache, _, evicted = make()
+    cache.store("a", b"1", False, ttl=10)
+    cache.store("b", b"2", False, ttl=10)
+    assert cache.purge(["a", "missing"]) == 1
+    assert set(cache) == {"b"}
+    assert evicted == ["purged"]

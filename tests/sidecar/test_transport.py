@@ -5,21 +5,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 import uuid
 
-import httpx
 import pytest
 from mcp.server.transport_security import TransportSecuritySettings
 
-from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client
-from peers.serving import async_wait_until, served
+from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client, post
+from peers.serving import async_wait_until, free_port, served
 from peers.upstream import Upstream
-
-
-async def post(url: str, body: object, headers: dict[str, str]) -> httpx.Response:
-    async with httpx.AsyncClient() as http:
-        return await http.post(url, content=json.dumps(body).encode(), headers=headers)
 
 
 async def test_an_unknown_server_gets_404_naming_it(sidecar) -> None:
@@ -119,7 +112,9 @@ async def test_headers_pass_through_except_hop_by_hop_ones(sidecar, json_upstrea
     assert seen["mcp-protocol-version"] == MODERN
     assert seen["host"] == f"127.0.0.1:{app.port}"
     assert seen["accept-encoding"] == "identity"
-    for hop in ("keep-alive", "proxy-authorization", "te", "origin"):
+    # Meant for a proxy in front of the server (the sidecar asks for none), and keyed on.
+    assert seen["proxy-authorization"] == "Basic c2VjcmV0"
+    for hop in ("keep-alive", "te", "origin"):
         assert hop not in seen
 
 
@@ -139,9 +134,7 @@ async def test_an_upstream_with_dns_rebinding_protection_accepts_forwarded_reque
 
 
 async def test_a_dead_upstream_gets_502_and_nothing_is_cached(make_sidecar) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     sidecar = make_sidecar(
         {
             "servers": [

@@ -1,0 +1,112 @@
+"""Reading one client request: its headers decoded once, its body read under a bound,
+and its JSON-RPC message checked before anything is looked up."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import anyio
+from starlette.types import Message as ASGIMessage
+from starlette.types import Receive, Scope
+
+from .errors import REQUEST_TOO_LARGE, ProxyError
+from .headers import JSON, accepts_both, joined, media_type
+from .messages import (
+    HEADER_MISMATCH,
+    INVALID_REQUEST,
+    MalformedMessage,
+    Message,
+    parse_message,
+    routing_header_mismatch,
+)
+
+UNCHECKED_BODY: Final = 64 << 10
+BYTES_PER_VALUE: Final = 8
+"""A body over `UNCHECKED_BODY` bytes may hold one value (counted by its objects, arrays
+and commas) per this many bytes.
+
+Parsed, an empty object costs about 64 bytes of memory and takes 3 in the body, a short
+string about 50 and takes 4: a large body of nothing else would cost 20 to 30 times its
+size. Real requests carry text between their separators; a large body past this bound
+is refused before it is parsed (a small one costs little either way, and gets the
+parser's own error)."""
+
+
+class Incoming:
+    """One request as the proxy needs it: the ASGI scope's parts, decoded once."""
+
+    __slots__ = ("header_bytes", "headers", "method", "raw_headers", "receive")
+
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        self.method: str = scope["method"]
+        self.receive = receive
+        raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        self.raw_headers = raw
+        self.headers = joined(raw)
+        self.header_bytes = sum(len(k) + len(v) for k, v in raw)
+
+    async def read_body(self, limit: int, seconds: float) -> bytes:
+        """The whole body; 413 past `limit` bytes, declared or received, and 408 when it
+        takes longer than `seconds` to arrive (a slow body must not hold a connection
+        slot for good)."""
+        try:
+            with anyio.fail_after(seconds):
+                return await self._read_body(limit)
+        except TimeoutError as exc:
+            raise ProxyError(
+                408, INVALID_REQUEST, f"request body did not arrive within {seconds:g}s"
+            ) from exc
+
+    async def _read_body(self, limit: int) -> bytes:
+
+        def too_large() -> ProxyError:
+            return ProxyError(
+                413, REQUEST_TOO_LARGE, f"request body exceeds the limit of {limit} bytes"
+            )
+
+        declared = self.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise too_large()
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            event: ASGIMessage = await self.receive()
+            if event["type"] == "http.disconnect":
+                raise ProxyError(400, INVALID_REQUEST, "client disconnected mid-request")
+            chunk: bytes = event.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise too_large()
+            chunks.append(chunk)
+            if not event.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def message(self, raw: bytes) -> Message:
+        """The body as a JSON-RPC message, or the precise error for why it is not one."""
+        headers = self.headers
+        if media_type(headers) != JSON:
+            raise ProxyError(
+                415, INVALID_REQUEST, "Content-Type must be application/json for MCP requests"
+            )
+        if not accepts_both(headers.get("accept") or "*/*"):
+            raise ProxyError(
+                406,
+                INVALID_REQUEST,
+                "Accept must list both application/json and text/event-stream",
+            )
+        if len(raw) > UNCHECKED_BODY:
+            values = raw.count(b"{") + raw.count(b"[") + raw.count(b",")
+            if values > len(raw) // BYTES_PER_VALUE:
+                raise ProxyError(
+                    413,
+                    REQUEST_TOO_LARGE,
+                    f"request body holds about {values} values in {len(raw)} bytes; "
+                    f"at most one per {BYTES_PER_VALUE} bytes is accepted",
+                )
+        try:
+            message = parse_message(raw)
+        except MalformedMessage as exc:
+            raise ProxyError(400, exc.code, str(exc)) from exc
+        if message.is_request and (mismatch := routing_header_mismatch(headers, message)):
+            raise ProxyError(400, HEADER_MISMATCH, mismatch, request_id=message.id)
+        return message

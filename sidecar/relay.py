@@ -1,0 +1,174 @@
+"""Carrying one upstream response to the client, chunk by chunk, as it arrives.
+
+Each chunk is shown to the response's `ResponseCapture` (when it has one) on its way.
+When the capture has seen the final answer, or the body ends, the relay reports it once
+through `on_final` (the verdict, and whether the answer was an event stream), whose
+returned verdict (stored, or why not) it keeps for `Cache-Status`. The
+relay never decides anything about the cache itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from . import cache_status
+from .capture import ResponseCapture
+from .errors import UPSTREAM_UNAVAILABLE, ProxyError, error_body
+from .messages import Verdict, frame_event
+from .metrics import Metrics
+from .upstream import UpstreamFailure, UpstreamResponse
+
+logger = logging.getLogger("mcpcache.sidecar")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """What the relay reports an upstream call under (never a caller or an argument)."""
+
+    server: str
+    method: str
+    request_id: Any
+    started: float
+
+
+class Relay:
+    def __init__(
+        self,
+        response: UpstreamResponse,
+        call: Call,
+        metrics: Metrics,
+        capture: ResponseCapture | None = None,
+        on_final: Callable[[Verdict, bool], Verdict] | None = None,
+        on_done: Callable[[], None] | None = None,
+    ) -> None:
+        self.response = response
+        self.call = call
+        self.metrics = metrics
+        self.capture = capture
+        self.on_final = on_final
+        self.on_done = on_done
+        self.done = False
+        self.verdict: Verdict | None = None
+        self._chunks = response.chunks()
+
+    async def read_prefix(self) -> bytes:
+        """Read a JSON body until it ends or outgrows the cap (then the rest streams)."""
+        assert self.capture is not None
+        parts: list[bytes] = []
+        try:
+            async for chunk in self._chunks:
+                self._see(chunk)
+                parts.append(chunk)
+                if self.capture.too_large:
+                    return b"".join(parts)
+        except UpstreamFailure as exc:
+            await self._close(exc)
+            raise ProxyError(
+                502,
+                UPSTREAM_UNAVAILABLE,
+                f"MCP server {self.call.server!r} failed mid-response: {exc.cause_name}",
+                self.call.request_id,
+            ) from exc
+        await self._close(None)
+        return b"".join(parts)
+
+    def cache_status(self) -> str:
+        """`Cache-Status` of a miss whose answer has been followed to its end."""
+        reason = self.verdict.reason if self.verdict is not None else "incomplete"
+        if reason is None:
+            return cache_status.MISS_STORED
+        return cache_status.forwarded("miss", cache_status.detail(reason))
+
+    async def stream(self, prefix: bytes) -> AsyncIterator[bytes]:
+        error: BaseException | None = None
+        try:
+            if prefix:
+                yield prefix
+            async for chunk in self._chunks:
+                self._see(chunk)
+                yield chunk
+            if self._unanswered():
+                yield self._error_event("ended the stream before answering")
+        except UpstreamFailure as exc:
+            error = exc
+            if self._unanswered():
+                yield self._error_event(f"failed mid-stream: {exc.cause_name}")
+        except BaseException as exc:  # client went away: cancelled or closed
+            error = exc
+            raise
+        finally:
+            # Shielded: a client that goes away must still release the upstream socket.
+            with anyio.CancelScope(shield=True):
+                await self._close(error)
+
+    def _unanswered(self) -> bool:
+        """An event stream for a request ended without its response, and the client
+        cannot resume it: end the call with an error now rather than let it wait."""
+        capture = self.capture
+        return (
+            capture is not None
+            and capture.event_stream
+            and not capture.answered
+            and not capture.resumable
+        )
+
+    def _error_event(self, what: str) -> bytes:
+        """A JSON-RPC error event, led by a blank line that ends whatever partial event
+        the upstream left behind, so that the error always arrives as an event of its own."""
+        message = f"MCP server {self.call.server!r} {what}"
+        return b"\n\n" + frame_event(
+            error_body(UPSTREAM_UNAVAILABLE, message, self.call.request_id)
+        )
+
+    def _see(self, chunk: bytes) -> None:
+        capture = self.capture
+        if capture is None:
+            return
+        capture.feed(chunk)
+        if capture.final_seen and self.verdict is None and self.on_final is not None:
+            self.verdict = self.on_final(capture.finish(), capture.event_stream)
+
+    async def _close(self, error: BaseException | None) -> None:
+        if self.done:
+            return
+        self.done = True
+        await self.response.aclose()
+        capture = self.capture
+        if capture is not None and self.on_final is not None and self.verdict is None:
+            verdict = capture.finish() if error is None else capture.fail()
+            self.verdict = self.on_final(verdict, capture.event_stream)
+        if self.on_done is not None:
+            self.on_done()
+        self._report(error)
+
+    def _report(self, error: BaseException | None) -> None:
+        call = self.call
+        elapsed = time.perf_counter() - call.started
+        self.metrics.upstream_latency.labels(call.server, call.method).observe(elapsed)
+        if isinstance(error, UpstreamFailure):
+            end = "broken"
+            self.metrics.upstream_errors.labels(call.server, "broken").inc()
+        elif error is not None:
+            end = "client_gone"
+        else:
+            end = "ok"
+        verdict = self.verdict
+        logger.info(
+            "upstream call",
+            extra={
+                "server": call.server,
+                "method": call.method,
+                "status": self.response.status,
+                "duration_ms": round(elapsed * 1000, 3),
+                "bytes": self.capture.size if self.capture is not None else None,
+                "stored": None if verdict is None else verdict.reason is None,
+                "not_stored": None if verdict is None else verdict.reason,
+                "end": end,
+            },
+        )

@@ -50,6 +50,11 @@ def dry_run(plane: ControlPlane, manifest: str, tmp_path: Path) -> tuple[int, st
     return result.returncode, result.stdout + result.stderr
 
 
+def enabled(*objects: str) -> list[str]:
+    """helm arguments that turn on the named `metrics.*` objects."""
+    return [arg for name in objects for arg in ("--set", f"metrics.{name}.enabled=true")]
+
+
 def rendered_monitoring_objects(plane: ControlPlane) -> list[dict]:
     rendered = plane.run_helm(
         "template",
@@ -57,12 +62,7 @@ def rendered_monitoring_objects(plane: ControlPlane) -> list[dict]:
         str(CHART),
         "--namespace",
         NAMESPACE,
-        "--set",
-        "metrics.serviceMonitor.enabled=true",
-        "--set",
-        "metrics.podMonitor.enabled=true",
-        "--set",
-        "metrics.prometheusRule.enabled=true",
+        *enabled("serviceMonitor", "podMonitor", "prometheusRule"),
     ).stdout
     return [
         doc
@@ -115,14 +115,7 @@ def test_chart_lints_clean_with_every_monitoring_object(control_plane: ControlPl
         "lint",
         "--strict",
         str(CHART),
-        "--set",
-        "metrics.serviceMonitor.enabled=true",
-        "--set",
-        "metrics.podMonitor.enabled=true",
-        "--set",
-        "metrics.prometheusRule.enabled=true",
-        "--set",
-        "metrics.grafanaDashboard.enabled=true",
+        *enabled("serviceMonitor", "podMonitor", "prometheusRule", "grafanaDashboard"),
         "--set",
         "metrics.grafanaDashboard.annotations.grafana_folder=MCP",
     )

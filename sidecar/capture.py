@@ -51,6 +51,8 @@ class ResponseCapture:
         self.skipped_event = False
         """An event too large to decode passed: it may have been the answer."""
         self.verdict: Verdict | None = Verdict(refused) if refused is not None else None
+        self.final: dict[str, Any] | None = None
+        """The final response, when it was no larger than `max_size` (for followers)."""
         self._server_request = False
         self._body: list[bytes] = []
         self._events = EventDecoder(max(max_size, MIN_EVENT_BOUND))
@@ -58,6 +60,11 @@ class ResponseCapture:
     @property
     def too_large(self) -> bool:
         return self.size > self.max_size
+
+    @property
+    def asked_client(self) -> bool:
+        """The server sent the client a request: the answer depends on the reply."""
+        return self._server_request
 
     @property
     def answered(self) -> bool:
@@ -122,7 +129,7 @@ class ResponseCapture:
             self._server_request = True
             return
         if message.get("id") == self.request_id and ("result" in message or "error" in message):
-            self._judge_final(message)
+            self._judge_final(message, len(event.data))
 
     def _judge_body(self, body: bytes) -> None:
         try:
@@ -131,10 +138,12 @@ class ResponseCapture:
             self._decide("incomplete")
             return
         if isinstance(message, dict) and message.get("id") == self.request_id:
-            self._judge_final(message)
+            self._judge_final(message, len(body))
 
-    def _judge_final(self, message: dict[str, Any]) -> None:
+    def _judge_final(self, message: dict[str, Any], size: int) -> None:
         self.final_seen = True
+        if size <= self.max_size:
+            self.final = message
         if self.verdict is not None:
             return  # refused before the body: followed, never kept
         if self._server_request:

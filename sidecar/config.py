@@ -95,7 +95,11 @@ class ServerCache(_Model):
     ttl: Duration = DEFAULT_TTL_SECONDS
     max_size: Quantity = DEFAULT_MAX_SIZE
     metadata_ttl: Duration | None = Field(default=None, alias="metadataTTL")
-    """Accepted for compatibility; list operations are never cached, so it has no effect."""
+    """How long list results and `server/discover` are cached (per caller); unset: never."""
+    stale_if_error: Duration = 0.0
+    """How long past its TTL an entry may answer when the upstream fails (0: never)."""
+    stale_while_revalidate: Duration = 0.0
+    """How long past its TTL an entry may answer at once while it is fetched again."""
 
     @property
     def effective_max_size(self) -> int:
@@ -104,6 +108,11 @@ class ServerCache(_Model):
     @property
     def max_size_clamped(self) -> bool:
         return self.max_size > MAX_SIZE_CEILING
+
+    @property
+    def keep_stale(self) -> float:
+        """How long an expired entry of this server is kept for stale answers."""
+        return max(self.stale_if_error, self.stale_while_revalidate)
 
 
 def _http_url(value: str) -> str:

@@ -134,6 +134,20 @@ class Upstream:
             return f"done after {steps} steps"
 
         @mcp.tool()
+        async def held(gate: str, ctx: Context, outcome: str = "ok", size: int = 0) -> str:
+            """Report progress, wait until the test opens `gate`, then answer with the
+            caller's credential and this call's number; `outcome` `tool_error` fails as a
+            tool error, and `size` pads the answer to about that many bytes."""
+            self.calls["held"] += 1
+            number = self.calls["held"]
+            user = (ctx.headers or {}).get("authorization", "anonymous")
+            await ctx.report_progress(0, 1, "waiting")
+            await anyio.to_thread.run_sync(self.gate(gate).wait, abandon_on_cancel=True)
+            if outcome == "tool_error":
+                raise ToolError(f"held call #{number} failed")
+            return f"user={user} #{number} " + "p" * size
+
+        @mcp.tool()
         async def ask(ctx: Context) -> str:
             """Ask the client a question (elicitation) and answer with the reply."""
             self.calls["ask"] += 1

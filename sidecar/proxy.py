@@ -164,7 +164,8 @@ class Proxy:
         flight = self.flights.joinable(key)
         if flight is not None:
             return await self._follow(request, flight)
-        return await self._lead(request, shared=True)
+        # A flight with no room left keeps its followers; this request goes on its own.
+        return await self._lead(request, shared=not self.flights.running(key))
 
     async def _lead(self, request: Request, shared: bool) -> ASGIApp:
         """Go upstream in a flight of this request's own, reading its bytes as they come."""

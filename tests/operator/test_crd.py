@@ -37,6 +37,8 @@ def test_defaults_are_filled_in(control_plane, namespace) -> None:
         (mcpserver("b", url="not a url"), "must be an absolute http or https URL"),
         (mcpserver("c", ttl="5 minutes"), "spec.cache.ttl"),
         (mcpserver("d", metadataTTL="soon"), "spec.cache.metadataTTL"),
+        (mcpserver("d2", staleIfError="a while"), "spec.cache.staleIfError"),
+        (mcpserver("d3", staleWhileRevalidate="-1s"), "spec.cache.staleWhileRevalidate"),
         (mcpserver("e", maxSize="lots"), "spec.cache.maxSize"),
         (mcpserver("f", enabled="yes"), "spec.cache.enabled"),
         ({**mcpserver("g"), "spec": {}}, "spec.endpoint: Required value"),
@@ -57,6 +59,14 @@ def test_metadata_ttl_and_large_max_size_are_accepted(control_plane, namespace) 
     body = mcpserver("big", enabled=True, maxSize="8Mi", metadataTTL="5m")
     created = objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
     assert created["spec"]["cache"]["maxSize"] == "8Mi"
+
+
+def test_stale_windows_are_accepted(control_plane, namespace) -> None:
+    objects = client.CustomObjectsApi(control_plane.api_client())
+    body = mcpserver("stale", enabled=True, staleIfError="10m", staleWhileRevalidate="30s")
+    created = objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    assert created["spec"]["cache"]["staleIfError"] == "10m"
+    assert created["spec"]["cache"]["staleWhileRevalidate"] == "30s"
 
 
 def test_every_example_applies_cleanly(control_plane, crd, tmp_path: Path) -> None:

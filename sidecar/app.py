@@ -12,7 +12,6 @@ import gc
 import logging
 import socket
 from collections.abc import Callable
-from typing import Literal
 
 import uvicorn
 from fastapi import FastAPI
@@ -20,9 +19,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .config import SidecarConfig
+from .config import Address, SidecarConfig
 from .errors import UNKNOWN_SERVER, ProxyError
 from .incoming import Incoming
+from .listener import uvicorn_config
 from .messages import INVALID_REQUEST
 from .metrics import Metrics
 from .origin import OriginPolicy
@@ -95,8 +95,8 @@ class Sidecar:
         self.loop = asyncio.get_running_loop()
         current = self.config()
         servers = self._servers = [
-            _server(self.proxy_app(), current.listen.host, current.listen.port),
-            _server(self.metrics_app(), current.metrics.host, current.metrics.port),
+            _server(self.proxy_app(), current.listen, current),
+            _server(self.metrics_app(), current.metrics, current),
         ]
         sockets = [proxy_socket, metrics_socket]
         tasks = [
@@ -173,26 +173,13 @@ class ProxyApp:
         await response(scope, receive, send)
 
 
-def uvicorn_config(
-    app: ASGIApp, host: str, port: int, lifespan: Literal["auto", "on", "off"] = "off"
-) -> uvicorn.Config:
-    """The server settings of both listeners (benchmarks serve their baselines with these).
-
-    No access log (hits must not log), no proxy-header rewriting (the listener faces
-    loopback callers, not a proxy), no Server/Date headers.
-    """
-    return uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_config=None,
-        access_log=False,
-        proxy_headers=False,
-        lifespan=lifespan,
-        server_header=False,
-        date_header=False,
+def _server(app: ASGIApp, address: Address, config: SidecarConfig) -> uvicorn.Server:
+    return uvicorn.Server(
+        uvicorn_config(
+            app,
+            address.host,
+            address.port,
+            header_timeout=config.header_timeout,
+            max_connections=config.max_connections,
+        )
     )
-
-
-def _server(app: ASGIApp, host: str, port: int) -> uvicorn.Server:
-    return uvicorn.Server(uvicorn_config(app, host, port))

@@ -5,7 +5,7 @@ that no client's disconnect can cancel it while anyone still waits for its answe
 request that started it (the leader) reads the upstream's bytes as they arrive through a
 bounded channel; requests with the same cache key that arrive meanwhile (followers)
 wait for the final answer alone, which the flight settles on once the capture has judged
-it. `Flights` is the registry by key: the key is always the one `policy.plan` gave, so
+it. `Coalescer` is the registry by key: the key is always the one `policy.plan` gave, so
 two requests share a flight exactly when they would share a cache entry.
 
 Nothing here decides what followers may receive (that is `policy.follower_share`) or
@@ -194,7 +194,7 @@ class Flight:
             self.task.cancel()
 
 
-class Flights:
+class Coalescer:
     """The flights in progress, by cache key, and every fetch task (so none leaks)."""
 
     def __init__(self, max_followers: int = MAX_FOLLOWERS) -> None:

@@ -7,7 +7,9 @@ what the sidecar reads.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Self
@@ -35,9 +37,24 @@ DEFAULT_MAX_ENTRIES = 1024
 DEFAULT_MAX_BYTES = 64 << 20
 DEFAULT_MAX_REQUEST_BYTES = 4 << 20
 DEFAULT_MAX_HEADER_BYTES = 64 << 10
+MAX_TTL_SECONDS = 24 * 3600.0
+"""The longest `ttl` and `metadataTTL` a server may ask for (the CRD says the same)."""
+DEFAULT_LISTEN_PORT = 3500
+DEFAULT_METRICS_PORT = 9090
+
+# The resource this configuration mirrors. The operator and its CRD use these names; the
+# sidecar itself never talks to Kubernetes.
+RESOURCE_GROUP = "mcpcache.io"
+RESOURCE_VERSION = "v1alpha1"
+RESOURCE_KIND = "MCPServer"
+RESOURCE_PLURAL = "mcpservers"
+
+DEFAULT_IDENTITY_HEADERS = ("authorization", "proxy-authorization", "cookie", "x-api-key")
+"""Request headers that identify an end user: each value present is hashed into the key."""
 
 APP_ID_ENV = "MCPCACHE_APP_ID"
 LISTEN_PORT_ENV = "MCPCACHE_LISTEN_PORT"
+METRICS_HOST_ENV = "MCPCACHE_METRICS_HOST"
 METRICS_PORT_ENV = "MCPCACHE_METRICS_PORT"
 CACHE_MAX_ENTRIES_ENV = "MCPCACHE_CACHE_MAX_ENTRIES"
 CACHE_MAX_BYTES_ENV = "MCPCACHE_CACHE_MAX_BYTES"
@@ -88,18 +105,40 @@ class _Model(BaseModel):
     )
 
 
+def _header_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    lowered = tuple(dict.fromkeys(name.lower() for name in names))
+    for name in lowered:
+        if not _TOKEN.fullmatch(name):
+            raise ValueError(f"{name!r} is not an HTTP header name")
+    return lowered
+
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")
+
+
 class ServerCache(_Model):
-    """Per-server caching policy, mirroring the MCPServer's `spec.cache`."""
+    """Per-server caching policy, mirroring the MCPServer's `spec.cache`.
+
+    The bounds are the CRD's too (a test runs one table of values through both)."""
 
     enabled: bool = False
-    ttl: Duration = DEFAULT_TTL_SECONDS
-    max_size: Quantity = DEFAULT_MAX_SIZE
-    metadata_ttl: Duration | None = Field(default=None, alias="metadataTTL")
+    ttl: Duration = Field(default=DEFAULT_TTL_SECONDS, gt=0, le=MAX_TTL_SECONDS)
+    max_size: Quantity = Field(default=DEFAULT_MAX_SIZE, ge=1)
+    metadata_ttl: Duration | None = Field(
+        default=None, alias="metadataTTL", gt=0, le=MAX_TTL_SECONDS
+    )
     """How long list results and `server/discover` are cached (per caller); unset: never."""
-    stale_if_error: Duration = 0.0
-    """How long past its TTL an entry may answer when the upstream fails (0: never)."""
-    stale_while_revalidate: Duration = 0.0
+    stale_if_error: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
+    """How long past its TTL an entry may answer when the upstream fails; unset: never."""
+    stale_while_revalidate: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
     """How long past its TTL an entry may answer at once while it is fetched again."""
+    identity_headers: Annotated[tuple[str, ...], AfterValidator(_header_names)] = (
+        DEFAULT_IDENTITY_HEADERS
+    )
+    """Headers whose values (hashed) separate one end user's entries from another's."""
+    ignore_set_cookie: bool = False
+    """Store answers that set a cookie (a load balancer's affinity cookie, say). The
+    cookie still reaches only the caller it was set for; it is never stored."""
 
     @property
     def effective_max_size(self) -> int:
@@ -112,7 +151,7 @@ class ServerCache(_Model):
     @property
     def keep_stale(self) -> float:
         """How long an expired entry of this server is kept for stale answers."""
-        return max(self.stale_if_error, self.stale_while_revalidate)
+        return max(self.stale_if_error or 0.0, self.stale_while_revalidate or 0.0)
 
 
 def _http_url(value: str) -> str:
@@ -147,11 +186,17 @@ class SidecarConfig(_Model):
     """The whole sidecar configuration. Every field but `servers` has a default."""
 
     app_id: str = Field(default="default", min_length=1)
-    listen: Address = Address(host="127.0.0.1", port=3500)
-    metrics: Address = Address(host="0.0.0.0", port=9090)
+    listen: Address = Address(host="127.0.0.1", port=DEFAULT_LISTEN_PORT)
+    metrics: Address = Address(host="127.0.0.1", port=DEFAULT_METRICS_PORT)
+    """Loopback unless told otherwise; in a pod the operator binds it to the pod IP."""
     cache: CacheLimits = CacheLimits()
     max_request_bytes: Quantity = DEFAULT_MAX_REQUEST_BYTES
     max_header_bytes: Quantity = DEFAULT_MAX_HEADER_BYTES
+    header_timeout: Duration = Field(default=10.0, gt=0)
+    """Seconds a connection has to send a request's headers (both listeners), and then
+    its body."""
+    max_connections: int = Field(default=1000, ge=1)
+    """Connections or requests in flight a listener takes before answering 503."""
     allowed_hosts: tuple[str, ...] = ()
     """Extra `Host` values the listener accepts besides loopback names (DNS-rebinding guard)."""
     servers: tuple[Server, ...]
@@ -164,6 +209,17 @@ class SidecarConfig(_Model):
                 raise ValueError(f"server name {server.name!r} appears more than once")
             seen.add(server.name)
         return self
+
+    def check_not_self(self) -> None:
+        """Refuse a server URL that points back at this sidecar's own listener: every
+        request to it would loop through the sidecar until memory ran out."""
+        for server in self.servers:
+            parts = urlsplit(server.url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            if parts.hostname in _LOOPBACK and port == self.listen.port:
+                raise ValueError(
+                    f"server {server.name!r} points at the sidecar's own listener ({server.url})"
+                )
 
     def server(self, name: str) -> Server | None:
         for server in self.servers:
@@ -186,8 +242,13 @@ class SidecarConfig(_Model):
             update["app_id"] = app_id
         if port := environ.get(LISTEN_PORT_ENV):
             update["listen"] = self.listen.model_copy(update={"port": int(port)})
+        metrics: dict[str, Any] = {}
+        if host := environ.get(METRICS_HOST_ENV):
+            metrics["host"] = host
         if port := environ.get(METRICS_PORT_ENV):
-            update["metrics"] = self.metrics.model_copy(update={"port": int(port)})
+            metrics["port"] = int(port)
+        if metrics:
+            update["metrics"] = self.metrics.model_copy(update=metrics)
         limits: dict[str, Any] = {}
         if entries := environ.get(CACHE_MAX_ENTRIES_ENV):
             limits["maxEntries"] = int(entries)
@@ -199,12 +260,14 @@ class SidecarConfig(_Model):
         return self.model_copy(update=update) if update else self
 
 
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
 class ConfigError(ValueError):
     """The file could not be read or does not describe a valid configuration."""
 
 
-def parse_config(text: str, environ: Mapping[str, str] | None = None) -> SidecarConfig:
-    """Parse YAML or JSON (JSON is YAML) text into a config, applying the environment."""
+def _document(text: str) -> dict[str, Any]:
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -213,11 +276,45 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Sidecar
         document = {}
     if not isinstance(document, dict):
         raise ConfigError("the top level must be a mapping")
+    return document
+
+
+def _validated(document: Mapping[str, Any], environ: Mapping[str, str] | None) -> SidecarConfig:
     try:
         config = SidecarConfig.model_validate(document)
-        return config.with_environment(os.environ if environ is None else environ)
+        config = config.with_environment(os.environ if environ is None else environ)
+        config.check_not_self()
+        return config
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+
+
+def parse_config(text: str, environ: Mapping[str, str] | None = None) -> SidecarConfig:
+    """Parse YAML or JSON (JSON is YAML) text into a config, applying the environment."""
+    return _validated(_document(text), environ)
+
+
+SERVERS_FILE_KEYS = frozenset({"servers"})
+"""What the sidecar takes from an operator-owned servers file (`--servers-file`)."""
+
+logger = logging.getLogger("mcpcache.sidecar.config")
+
+
+def parse_servers_file(text: str, environ: Mapping[str, str] | None = None) -> SidecarConfig:
+    """Parse an operator-owned file: only its `servers`; every other setting comes from
+    the defaults and the environment (the injected container's own arguments).
+
+    In Kubernetes this file is the namespace's ConfigMap, which anyone who may edit
+    ConfigMaps there can change. Listeners, budgets, limits and allowed hosts must not be
+    theirs to set, so other top-level keys are ignored, with a warning naming them."""
+    document = _document(text)
+    if ignored := sorted(str(key) for key in document if key not in SERVERS_FILE_KEYS):
+        logger.warning(
+            "servers file: keys other than 'servers' are ignored; set them on the "
+            "sidecar's command line or environment",
+            extra={"ignored": ignored},
+        )
+    return _validated({k: v for k, v in document.items() if k in SERVERS_FILE_KEYS}, environ)
 
 
 def load_config(path: Path, environ: Mapping[str, str] | None = None) -> SidecarConfig:
@@ -231,3 +328,9 @@ def load_config(path: Path, environ: Mapping[str, str] | None = None) -> Sidecar
 def dump_config(config: SidecarConfig) -> str:
     """Serialise as YAML in the file form (stable key order, for diffable ConfigMaps)."""
     return yaml.safe_dump(config.to_document(), sort_keys=False)
+
+
+def dump_servers(servers: tuple[Server, ...]) -> str:
+    """The servers file: `servers` only, in the same file form."""
+    document = SidecarConfig(servers=servers).to_document()
+    return yaml.safe_dump({"servers": document["servers"]}, sort_keys=False)

@@ -7,12 +7,14 @@ asks; nothing else decides.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from .config import Server
-from .key import cache_key, credential_identity
+from .headers import cache_directives, repeated_or_hidden
+from .key import cache_key, secret_digest
 from .messages import (
     CACHEABLE_METHODS,
     METADATA_METHODS,
@@ -21,14 +23,35 @@ from .messages import (
     Message,
     NotStoredReason,
     Verdict,
+    has_inexact_number,
 )
 
 BYPASS_FWD: Final[dict[BypassReason, str]] = {
     "method": "method",  # the cache does not handle this method
     "disabled": "bypass",  # the server's cache is off
     "request_state": "request",  # the request itself rules the cache out
+    "task": "request",  # the caller asked for a task: the work must run
+    "inexact_number": "request",  # a number the key could not tell apart from another
 }
 """RFC 9211 `fwd` values for requests never looked up."""
+
+SESSION_HEADER: Final = "mcp-session-id"
+PROTOCOL_HEADER: Final = "mcp-protocol-version"
+ROUTING_HEADERS: Final = frozenset({"mcp-method", "mcp-name"})
+_KEYED_BY_BODY: Final = ROUTING_HEADERS | {"accept", "accept-encoding"}
+"""Headers a `Vary` may name without making an answer unstorable: the routing headers
+must equal the body (checked before lookup), and every answer has one media type."""
+CREDENTIAL_LIKE: Final = re.compile(
+    r"auth|token|key|secret|session|cookie|passw|credential|signature|user|tenant|account"
+)
+"""Header names that look like they identify someone. Such a header is keyed on even
+when `identityHeaders` does not list it: a credential the upstream sees must never be
+left out of the key because nobody thought to list it (fail closed)."""
+_NOT_CREDENTIALS: Final = frozenset({"user-agent"})
+
+
+class RequestRefused(ValueError):
+    """The request is ambiguous about who is asking; it is answered with 400."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +67,13 @@ class Bypass:
 
 @dataclass(frozen=True, slots=True)
 class Lookup:
-    """The request is looked up under `key`; on a miss its answer may be stored."""
+    """The request is looked up under `key`; on a miss its answer may be stored.
+    `session` is the digest of the legacy session it belongs to ("" for none)."""
 
     key: str
+    session: str = ""
+    keyed: frozenset[str] = field(default=frozenset(), compare=False)
+    """The request headers the key depends on (an answer may `Vary` on these)."""
 
 
 def bypass_reason(server: Server, message: Message) -> BypassReason | None:
@@ -62,80 +89,170 @@ def bypass_reason(server: Server, message: Message) -> BypassReason | None:
             return "method"
     elif message.method not in CACHEABLE_METHODS:
         return "method"
-    if any(name in message.params for name in REQUEST_STATE_PARAMS):
+    params = message.params
+    if any(name in params for name in REQUEST_STATE_PARAMS):
         return "request_state"
+    if "task" in params:
+        return "task"
     if not server.cache.enabled:
         return "disabled"
+    if has_inexact_number(message.raw):
+        return "inexact_number"
     return None
+
+
+def keyed_headers(server: Server, headers: Mapping[str, str]) -> frozenset[str]:
+    """Every request header the key depends on: the configured identity headers, any
+    header present whose name looks like a credential, the session and the version."""
+    looks_like = {
+        name
+        for name in headers
+        if CREDENTIAL_LIKE.search(name) is not None and name not in _NOT_CREDENTIALS
+    }
+    return frozenset({*server.cache.identity_headers, *looks_like, SESSION_HEADER, PROTOCOL_HEADER})
+
+
+def session_scope(server: Server, session_id: str) -> str:
+    """A legacy session, as the cache knows it: one server's session, by digest."""
+    return secret_digest(f"{server.name}\0{session_id}")
+
+
+def identity(server: Server, headers: Mapping[str, str], keyed: frozenset[str]) -> dict[str, str]:
+    """Who is asking, as key material: a digest of each keyed header present (they are
+    credentials, the session id too) and the protocol version as it is."""
+    material = {
+        f"header:{name}": secret_digest(headers[name])
+        for name in keyed
+        if name in headers and name != PROTOCOL_HEADER
+    }
+    if PROTOCOL_HEADER in headers:
+        material["protocol"] = headers[PROTOCOL_HEADER]
+    return material
 
 
 def plan(
-    server: Server, message: Message, headers: Mapping[str, str], app_id: str
+    server: Server,
+    message: Message,
+    headers: Mapping[str, str],
+    raw_headers: Sequence[tuple[str, str]],
+    app_id: str,
 ) -> Bypass | Lookup:
-    """Look this request up, and under which key, or forward it untouched."""
+    """Look this request up, and under which key, or forward it untouched.
+
+    Raises `RequestRefused` when the headers the key depends on are ambiguous.
+    """
     reason = bypass_reason(server, message)
     if reason is not None:
         return Bypass(reason)
+    keyed = keyed_headers(server, headers)
+    if (problem := repeated_or_hidden(raw_headers, keyed | ROUTING_HEADERS)) is not None:
+        raise RequestRefused(problem)
     assert message.method is not None
-    key = cache_key(
-        server.name,
-        message.method,
-        message.params,
-        app_id,
-        credential_identity(headers.get("authorization")),
-    )
-    return Lookup(key)
+    who = identity(server, headers, keyed)
+    key = cache_key(server.name, message.method, message.params, app_id, who)
+    session = headers.get(SESSION_HEADER)
+    return Lookup(key, session_scope(server, session) if session else "", keyed)
 
 
-def response_refusal(status: int, headers: Mapping[str, str]) -> NotStoredReason | None:
-    """Why the upstream's answer may not be stored whatever its body says, or None."""
+def response_refusal(
+    server: Server,
+    lookup: Lookup,
+    status: int,
+    headers: Mapping[str, str],
+    event_stream: bool,
+) -> NotStoredReason | None:
+    """Why the upstream's answer may not be stored whatever its body says, or None.
+
+    The rules of RFC 9111 for a shared cache, read from the answer's headers, with one
+    reading of our own: `no-cache` on an event stream is the convention every SSE server
+    follows so that intermediaries pass the stream on unbuffered (the SDK's servers send
+    it on every stream), not a statement about the JSON-RPC result inside it; on a JSON
+    answer it means what it says. `no-store`, `private` and a zero lifetime count on both.
+    """
     if status != 200:
         return "upstream_status"
-    directives = headers.get("cache-control", "").lower()
+    directives = cache_directives(headers.get("cache-control", ""))
     if "no-store" in directives or "private" in directives:
         return "no_store"
+    if ("no-cache" in directives and not event_stream) or _max_age(directives) == 0:
+        return "no_cache"
+    if "vary" in headers and not _varies_within_key(lookup.keyed, headers["vary"]):
+        return "vary"
+    if "set-cookie" in headers and not server.cache.ignore_set_cookie:
+        return "set_cookie"
     return None
 
 
-def storage_ttl(server: Server, verdict: Verdict, method: str | None = None) -> float:
+def _max_age(directives: Mapping[str, str | None]) -> float | None:
+    """The freshness lifetime the upstream gives a shared cache (`s-maxage` first)."""
+    for name in ("s-maxage", "max-age"):
+        argument = directives.get(name)
+        if argument is not None:
+            try:
+                return max(0.0, float(int(argument)))
+            except ValueError:
+                return 0.0  # an unreadable lifetime is treated as stale at once
+    return None
+
+
+def _varies_within_key(keyed: frozenset[str], vary: str) -> bool:
+    names = {name.strip().lower() for name in vary.split(",") if name.strip()}
+    return "*" not in names and names <= keyed | _KEYED_BY_BODY
+
+
+def storage_ttl(
+    server: Server, verdict: Verdict, headers: Mapping[str, str], method: str | None = None
+) -> float:
     """How long a storable answer is kept: the server's TTL (`metadataTTL` for lists
-    and discovery), shortened by the result's own freshness hint."""
+    and discovery), shortened by the result's own freshness hint and by the upstream's
+    `max-age`/`s-maxage`."""
     ttl = server.cache.ttl
     if method in METADATA_METHODS and server.cache.metadata_ttl:
         ttl = server.cache.metadata_ttl
     if verdict.ttl_cap is not None:
         ttl = min(ttl, verdict.ttl_cap)
+    max_age = _max_age(cache_directives(headers.get("cache-control", "")))
+    if max_age is not None:
+        ttl = min(ttl, max_age)
     return ttl
 
 
 FollowerShare = Literal["shared", "failed", "alone"]
 
-_ANSWERS_OF_ONE: Final[frozenset[NotStoredReason]] = frozenset(
-    {"upstream_status", "no_store", "input_required", "server_request"}
+_SHARED_WHEN_NOT_STORED: Final[frozenset[NotStoredReason]] = frozenset(
+    {"error", "tool_error", "ttl_zero", "too_large", "over_budget"}
 )
-"""Answers that belong to the one request that went upstream: a status other than 200
-(and the headers that explain it), what the upstream marked private, a question for the
-client or an answer that depends on the client's reply."""
+"""Answers not stored that are still every identical request's answer. Any other reason
+(a status other than 200 and the headers that explain it, what the upstream marked
+private or as varying on a header outside the key, a cookie, a question for the client,
+an answer that depends on the client's reply, a task handle, a session's reused id, a
+number that would not survive re-encoding) keeps the answer for the one request that
+went upstream: the list is of what may be shared, so a new reason is never shared."""
 
 
-def follower_share(status: int, verdict: Verdict, final_kept: bool) -> FollowerShare:
+def follower_share(
+    status: int, verdict: Verdict, answered: bool, final_kept: bool
+) -> FollowerShare:
     """What requests collapsed onto another identical request (same key) receive.
 
     `shared`: its final answer, stored or not (an error or `isError` is theirs too).
-    `failed`: the upstream failed them all (a stale entry may stand in). `alone`: each
-    forwards on its own, also when the answer was too large to keep for them."""
-    if status >= 500 or verdict.reason == "incomplete":
+    `failed`: the upstream failed them all: a server error, or a body that broke off
+    before the answer (a stale entry may stand in). `alone`: each forwards on its own,
+    also when the answer was too large to keep for them."""
+    if status >= 500 or (verdict.reason == "incomplete" and not answered):
         return "failed"
-    if verdict.reason in _ANSWERS_OF_ONE or not final_kept:
+    if not final_kept or (
+        verdict.reason is not None and verdict.reason not in _SHARED_WHEN_NOT_STORED
+    ):
         return "alone"
     return "shared"
 
 
 def stale_while_revalidating(server: Server, expires_at: float, now: float) -> bool:
     """An expired entry may answer at once while it is fetched again."""
-    return now < expires_at + server.cache.stale_while_revalidate
+    return now < expires_at + (server.cache.stale_while_revalidate or 0.0)
 
 
 def stale_on_error(server: Server, expires_at: float, now: float) -> bool:
     """An expired entry may answer because the upstream failed."""
-    return now < expires_at + server.cache.stale_if_error
+    return now < expires_at + (server.cache.stale_if_error or 0.0)

@@ -13,6 +13,7 @@ entry's background refresh is the same fetch with no client at all.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -24,20 +25,22 @@ from starlette.types import ASGIApp
 
 from . import cache_status, policy
 from .capture import ResponseCapture
-from .coalesce import ALONE, Flight, Flights, Head, Outcome
+from .coalesce import ALONE, Coalescer, Flight, Head, Outcome
 from .config import Server, SidecarConfig
 from .errors import (
     FORBIDDEN,
+    LOOP_DETECTED,
     REQUEST_TOO_LARGE,
     UNKNOWN_SERVER,
     UPSTREAM_TIMEOUT,
     UPSTREAM_UNAVAILABLE,
     ProxyError,
 )
+from .flights import SessionFlights, Ticket
 from .headers import forward_headers, response_headers
 from .hit import HitResponse
 from .incoming import Incoming
-from .messages import ERROR, RESULT, Message, Verdict, method_label
+from .messages import ERROR, INVALID_REQUEST, RESULT, Message, Verdict, method_label
 from .metrics import Metrics
 from .origin import OriginPolicy
 from .relay import Call, Relay
@@ -72,11 +75,15 @@ class Proxy:
         self.metrics = metrics
         self.client = client
         self.origin_policy = origin_policy
-        self.flights = Flights()
+        self.via_token = f"mcpcache-{secrets.token_hex(8)}"
+        """This sidecar's name in `Via`: a request that already carries it has looped."""
+        self.via = f"1.1 {self.via_token}"
+        self.flights = SessionFlights()
+        self.coalescer = Coalescer()
 
     async def aclose(self) -> None:
         """End every upstream fetch still running (at shutdown)."""
-        await self.flights.aclose()
+        await self.coalescer.aclose()
 
     async def handle(self, incoming: Incoming, server_name: str) -> ASGIApp:
         try:
@@ -91,9 +98,14 @@ class Proxy:
             return await self._pass_through(
                 incoming, server, None, None, cache_status.forwarded("method")
             )
-        raw = await incoming.read_body(config.max_request_bytes)
+        raw = await incoming.read_body(config.max_request_bytes, config.header_timeout)
         message = incoming.message(raw)
-        plan = policy.plan(server, message, incoming.headers, config.app_id)
+        try:
+            plan = policy.plan(
+                server, message, incoming.headers, incoming.raw_headers, config.app_id
+            )
+        except policy.RequestRefused as exc:
+            raise ProxyError(400, INVALID_REQUEST, str(exc), message.id) from exc
         method = method_label(message.method)
         if isinstance(plan, policy.Bypass):
             if message.is_request:
@@ -105,12 +117,16 @@ class Proxy:
         if entry is not None:
             self.metrics.count(server.name, method, "hit")
             return HitResponse.of(entry, message.id, self.cache.timer())
-        return await self._miss(Request(incoming, server, message, raw, plan.key, method))
+        return await self._miss(Request(incoming, server, message, raw, plan, method))
 
     def _route(self, incoming: Incoming, config: SidecarConfig, server_name: str) -> Server:
         """The listener's guards, then the named server."""
         if (problem := self.origin_policy.refusal(incoming.headers)) is not None:
             raise ProxyError(403, FORBIDDEN, problem)
+        if self.via_token in incoming.headers.get("via", ""):
+            raise ProxyError(
+                508, LOOP_DETECTED, "request already passed through this sidecar (a loop)"
+            )
         if incoming.header_bytes > config.max_header_bytes:
             raise ProxyError(
                 431,
@@ -137,11 +153,12 @@ class Proxy:
     ) -> Response:
         """Forward and relay; nothing is stored. A request's answer is still followed,
         to end a stream that breaks before answering with an error the client sees."""
-        call, response = await self._open(incoming, server, message, raw)
+        call, response, ticket = await self._open(incoming, server, message, raw)
+        self._forget_ended_session(incoming, server, response)
         capture = None
         if message is not None and message.is_request:
             capture = ResponseCapture(message.id, response.event_stream, 0)
-        relay = Relay(response, call, self.metrics, capture)
+        relay = Relay(response, call, self.metrics, capture, on_done=self._ender(ticket))
         streaming = StreamingResponse(relay.stream(b""), response.status)
         return _with_headers(streaming, response_headers(response.headers), status)
 
@@ -153,24 +170,26 @@ class Proxy:
         now = self.cache.timer()
         stale = self.cache.get_stale(key)
         if stale is not None and policy.stale_while_revalidating(server, stale.expires_at, now):
-            if not self.flights.running(key):
-                self.flights.start(
+            if not self.coalescer.running(key):
+                self.coalescer.start(
                     key, self._fetcher(request), leader=False, shared=True, keep_going=True
                 )
             self.metrics.count(server.name, request.method, "stale")
             return HitResponse.stale(
                 stale, request.message.id, now, cache_status.STALE_WHILE_REVALIDATE
             )
-        flight = self.flights.joinable(key)
+        flight = self.coalescer.joinable(key)
         if flight is not None:
             return await self._follow(request, flight)
         # A flight with no room left keeps its followers; this request goes on its own.
-        return await self._lead(request, shared=not self.flights.running(key))
+        return await self._lead(request, shared=not self.coalescer.running(key))
 
     async def _lead(self, request: Request, shared: bool) -> ASGIApp:
         """Go upstream in a flight of this request's own, reading its bytes as they come."""
         server, method = request.server, request.method
-        flight = self.flights.start(request.key, self._fetcher(request), leader=True, shared=shared)
+        flight = self.coalescer.start(
+            request.key, self._fetcher(request), leader=True, shared=shared
+        )
         try:
             head = await flight.head()
         except BaseException:
@@ -231,7 +250,7 @@ class Proxy:
     def _fetcher(self, request: Request) -> Callable[[Flight], Awaitable[None]]:
         """The upstream fetch for `request`, sent with exactly its own headers and body
         (whoever else waits for the answer, the credentials are this request's)."""
-        headers = forward_headers(request.incoming.raw_headers)
+        headers = forward_headers(request.incoming.raw_headers, self.via)
 
         async def fetch(flight: Flight) -> None:
             await self._fetch(flight, request, headers)
@@ -242,19 +261,34 @@ class Proxy:
         self, flight: Flight, request: Request, headers: list[tuple[str, str]]
     ) -> None:
         """One upstream call of a cacheable request, in its flight's own task: relay to
-        the leader (while it is there), settle the followers' answer, store if allowed."""
-        server, message = request.server, request.message
+        the leader (while it is there), settle the followers' answer, store if allowed.
+
+        Inside a legacy session the call holds a ticket for its id until its answer has
+        passed (see `flights`); an answer given while another request used the same id
+        is neither stored nor shared."""
+        server, message, incoming = request.server, request.message, request.incoming
         call = Call(server.name, request.method, message.id, time.perf_counter())
+        ticket = None
+        session = incoming.headers.get(policy.SESSION_HEADER)
+        if session is not None:
+            ticket = self.flights.begin(policy.session_scope(server, session), message.id)
         try:
             response = await self.client.open(
                 "POST", server.url, headers, request.raw, server.timeout, server.timeout
             )
-        except UpstreamFailure as exc:
+        except BaseException as exc:
+            if ticket is not None:
+                self.flights.end(ticket)
+            if not isinstance(exc, UpstreamFailure):
+                raise
             self._upstream_failed(call, exc)
             flight.fail(exc)
             return
+        self._forget_ended_session(incoming, server, response)
         status = response.status
-        refused = policy.response_refusal(status, response.header_map)
+        refused = policy.response_refusal(
+            server, request.lookup, status, response.header_map, response.event_stream
+        )
         capture = ResponseCapture(
             message.id, response.event_stream, server.cache.effective_max_size, refused
         )
@@ -263,11 +297,14 @@ class Proxy:
             flight.settle(_outcome(status, capture, Verdict(refused)))
 
         def store(verdict: Verdict, event_stream: bool) -> Verdict:
-            verdict = self._store(server, request.key, message.method, verdict, event_stream)
+            if ticket is not None and ticket.reused and verdict.reason is None:
+                verdict = Verdict("id_reused")
+            ttl = policy.storage_ttl(server, verdict, response.header_map, message.method)
+            verdict = self._store(server, request.lookup, verdict, event_stream, ttl)
             flight.settle(_outcome(status, capture, verdict))
             return verdict
 
-        relay = Relay(response, call, self.metrics, capture, store)
+        relay = Relay(response, call, self.metrics, capture, store, self._ender(ticket))
         headers_out = tuple(response_headers(response.headers))
         if response.event_stream:
             flight.open_head(Head(status, headers_out, cache_status.MISS))
@@ -311,10 +348,33 @@ class Proxy:
             request_id,
         )
 
+    def _ender(self, ticket: Ticket | None) -> Callable[[], None] | None:
+        if ticket is None:
+            return None
+        return lambda: self.flights.end(ticket)
+
     async def _open(
         self, incoming: Incoming, server: Server, message: Message | None, raw: bytes | None
+    ) -> tuple[Call, UpstreamResponse, Ticket | None]:
+        """Send the request upstream; upstream failures become 502/504 errors.
+
+        A request inside a legacy session holds a ticket for its id until its answer
+        has passed (see `flights`)."""
+        ticket = None
+        session = incoming.headers.get(policy.SESSION_HEADER)
+        if session is not None and message is not None and message.is_request:
+            ticket = self.flights.begin(policy.session_scope(server, session), message.id)
+        try:
+            call, response = await self._send(incoming, server, message, raw)
+        except BaseException:
+            if ticket is not None:
+                self.flights.end(ticket)
+            raise
+        return call, response, ticket
+
+    async def _send(
+        self, incoming: Incoming, server: Server, message: Message | None, raw: bytes | None
     ) -> tuple[Call, UpstreamResponse]:
-        """Send the request upstream; upstream failures become 502/504 errors."""
         request_id = message.id if message is not None else None
         call = Call(
             server.name,
@@ -326,7 +386,7 @@ class Proxy:
             response = await self.client.open(
                 incoming.method,
                 server.url,
-                forward_headers(incoming.raw_headers),
+                forward_headers(incoming.raw_headers, self.via),
                 raw,
                 server.timeout,
                 # A GET is the server's long-lived event stream: no idle limit on it.
@@ -351,14 +411,36 @@ class Proxy:
             },
         )
 
+    def _forget_ended_session(
+        self, incoming: Incoming, server: Server, response: UpstreamResponse
+    ) -> None:
+        """A legacy session the upstream ended (DELETE) or no longer knows (404) takes
+        its entries on that server with it: nobody may be answered inside it any more."""
+        session = incoming.headers.get(policy.SESSION_HEADER)
+        if session is None:
+            return
+        ended = incoming.method == "DELETE" and 200 <= response.status < 300
+        if ended or response.status == 404:
+            self.cache.purge_session(policy.session_scope(server, session))
+
     def _store(
-        self, server: Server, key: str, method: str | None, verdict: Verdict, event_stream: bool
+        self,
+        server: Server,
+        lookup: policy.Lookup,
+        verdict: Verdict,
+        event_stream: bool,
+        ttl: float,
     ) -> Verdict:
         """Store a storable answer; count why not otherwise."""
         if verdict.reason is None:
-            ttl = policy.storage_ttl(server, verdict, method)
             stored = self.cache.store(
-                key, verdict.result, event_stream, ttl, server.cache.keep_stale, verdict.ttl_at
+                lookup.key,
+                verdict.result,
+                event_stream,
+                ttl,
+                lookup.session,
+                server.cache.keep_stale,
+                verdict.ttl_at,
             )
             if stored is None:
                 verdict = Verdict("over_budget")
@@ -375,14 +457,18 @@ class Request:
     server: Server
     message: Message
     raw: bytes
-    key: str
+    lookup: policy.Lookup
     method: str
     """Its metrics label."""
+
+    @property
+    def key(self) -> str:
+        return self.lookup.key
 
 
 def _outcome(status: int, capture: ResponseCapture, verdict: Verdict) -> Outcome:
     """The followers' answer, from the leader's answer as judged so far."""
-    share = policy.follower_share(status, verdict, capture.final is not None)
+    share = policy.follower_share(status, verdict, capture.final_seen, capture.final is not None)
     if share == "failed":
         if status >= 500:
             return Outcome("failed", upstream_status=status)

@@ -45,12 +45,14 @@ class Relay:
         metrics: Metrics,
         capture: ResponseCapture | None = None,
         on_final: Callable[[Verdict, bool], Verdict] | None = None,
+        on_done: Callable[[], None] | None = None,
     ) -> None:
         self.response = response
         self.call = call
         self.metrics = metrics
         self.capture = capture
         self.on_final = on_final
+        self.on_done = on_done
         self.done = False
         self.verdict: Verdict | None = None
         self._chunks = response.chunks()
@@ -144,6 +146,8 @@ class Relay:
         if capture is not None and self.on_final is not None and self.verdict is None:
             verdict = capture.finish() if error is None else capture.fail()
             self.verdict = self.on_final(verdict, capture.event_stream)
+        if self.on_done is not None:
+            self.on_done()
         self._report(error)
 
     def _report(self, error: BaseException | None) -> None:

@@ -36,6 +36,8 @@ class Entry:
     """Whether the upstream answered as `text/event-stream` (a hit answers the same way)."""
     stored_at: float
     expires_at: float
+    session: str = ""
+    """Digest of the legacy session the answer was given in ("" for none)."""
     keep_stale: float = 0.0
     """Seconds past `expires_at` the entry is kept, never as a fresh answer."""
     ttl_at: int = 0
@@ -116,6 +118,7 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         result: bytes,
         event_stream: bool,
         ttl: float,
+        session: str = "",
         keep_stale: float = 0.0,
         ttl_at: int = 0,
     ) -> Entry | None:
@@ -124,7 +127,7 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         if ttl <= 0 or len(result) > self.maxsize:
             return None
         now = self.timer()
-        self[key] = Entry(result, event_stream, now, now + ttl, keep_stale, ttl_at)
+        self[key] = Entry(result, event_stream, now, now + ttl, session, keep_stale, ttl_at)
         return self.get(key)
 
     def __setitem__(self, key: str, entry: Entry) -> None:
@@ -163,6 +166,11 @@ class ResponseCache(cachetools.Cache[str, Entry]):
             self._remove(key, reason)
             return key, entry
         raise KeyError("cache is empty")
+
+    def purge_session(self, session: str) -> int:
+        """Remove every entry given inside `session` (a scan: sessions end rarely, and
+        the hit path keeps no index for them)."""
+        return self.purge([key for key, entry in self.items() if entry.session == session])
 
     def expire(self) -> int:
         """Drop every expired entry past its stale window; returns how many were dropped."""

@@ -66,7 +66,7 @@ class RunningSidecar:
 
     def waiting(self) -> int:
         """Requests waiting for an identical request's upstream call right now."""
-        return self.sidecar.proxy.flights.waiting()
+        return self.sidecar.proxy.coalescer.waiting()
 
     def scrape(self) -> Samples:
         """Every sample of /metrics, parsed by prometheus-client's own parser."""

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
-from mcpcache.sidecar.coalesce import Flight, Flights, Outcome
+from mcpcache.sidecar.coalesce import Coalescer, Flight, Outcome
 from mcpcache.sidecar.messages import RESULT
 from peers.serving import async_wait_until
 
 
 async def test_a_flight_takes_followers_up_to_its_cap() -> None:
-    flights = Flights(max_followers=2)
+    flights = Coalescer(max_followers=2)
     release = asyncio.Event()
 
     async def fetch(flight: Flight) -> None:
@@ -30,7 +30,7 @@ async def test_a_flight_takes_followers_up_to_its_cap() -> None:
 
 
 async def test_a_flight_nobody_waits_for_any_more_is_cancelled() -> None:
-    flights = Flights()
+    flights = Coalescer()
     started = asyncio.Event()
     cancelled = asyncio.Event()
 
@@ -50,7 +50,7 @@ async def test_a_flight_nobody_waits_for_any_more_is_cancelled() -> None:
 
 
 async def test_a_background_refresh_runs_on_with_nobody_waiting() -> None:
-    flights = Flights()
+    flights = Coalescer()
     release = asyncio.Event()
     finished = asyncio.Event()
 

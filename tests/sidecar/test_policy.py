@@ -21,10 +21,14 @@ def request(method: str = "tools/call", **params: Any) -> Message:
     return Message({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 
 
+def plan(server: Server, message: Message, headers: dict[str, str], app: str = "agent") -> Any:
+    return policy.plan(server, message, headers, list(headers.items()), app)
+
+
 def test_a_cacheable_call_is_looked_up_under_a_key() -> None:
-    plan = policy.plan(server(), request(name="search", arguments={"q": "x"}), {}, "agent")
-    assert isinstance(plan, policy.Lookup)
-    assert len(plan.key) == 64
+    plan_ = plan(server(), request(name="search", arguments={"q": "x"}), {})
+    assert isinstance(plan_, policy.Lookup)
+    assert len(plan_.key) == 64
 
 
 @pytest.mark.parametrize(
@@ -42,21 +46,19 @@ def test_a_cacheable_call_is_looked_up_under_a_key() -> None:
     ],
 )
 def test_requests_the_cache_never_answers(message: Message, reason: str, fwd: str) -> None:
-    plan = policy.plan(server(), message, {}, "agent")
-    assert plan == policy.Bypass(reason)  # type: ignore[arg-type]
-    assert isinstance(plan, policy.Bypass)
-    assert plan.fwd == fwd
+    decided = plan(server(), message, {})
+    assert decided == policy.Bypass(reason)
+    assert decided.fwd == fwd
 
 
 def test_a_server_with_caching_off_is_bypassed() -> None:
-    plan = policy.plan(server(enabled=False), request(name="t"), {}, "agent")
-    assert plan == policy.Bypass("disabled")
+    assert plan(server(enabled=False), request(name="t"), {}) == policy.Bypass("disabled")
 
 
 def test_the_key_depends_on_the_caller_and_the_credential() -> None:
     message = request(name="t", arguments={})
     keys = {
-        policy.plan(server(), message, headers, app)
+        plan(server(), message, headers, app)
         for app in ("a", "b")
         for headers in ({}, {"authorization": "Bearer 1"}, {"authorization": "Bearer 2"})
     }
@@ -75,10 +77,47 @@ def test_the_key_depends_on_the_caller_and_the_credential() -> None:
     ],
 )
 def test_response_refusal(status: int, headers: dict[str, str], reason: str | None) -> None:
-    assert policy.response_refusal(status, headers) == reason
+    lookup = policy.Lookup("k")
+    assert policy.response_refusal(server(), lookup, status, headers, event_stream=False) == reason
 
 
 def test_storage_ttl_is_the_shorter_of_the_server_ttl_and_the_result_hint() -> None:
-    assert policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}")) == 60
-    assert policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}", ttl_cap=5)) == 5
-    assert policy.storage_ttl(server(ttl="2s"), Verdict(None, b"{}", ttl_cap=5)) == 2
+    assert policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}"), {}) == 60
+    assert policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}", ttl_cap=5), {}) == 5
+    assert policy.storage_ttl(server(ttl="2s"), Verdict(None, b"{}", ttl_cap=5), {}) == 2
+
+
+def test_no_cache_on_an_event_stream_is_the_streams_convention_not_a_refusal() -> None:
+    lookup = policy.Lookup("k")
+    no_cache = {"cache-control": "no-cache, no-transform"}
+    assert policy.response_refusal(server(), lookup, 200, no_cache, event_stream=True) is None
+    no_store = {"cache-control": "no-store"}
+    refusal = policy.response_refusal(server(), lookup, 200, no_store, event_stream=True)
+    assert refusal == "no_store"
+
+
+def test_headers_that_look_like_credentials_are_keyed_even_when_not_listed() -> None:
+    message = request(name="t", arguments={})
+    keys = {
+        plan(server(identityHeaders=["authorization"]), message, headers).key
+        for headers in ({"x-auth-token": "alice"}, {"x-auth-token": "bob"}, {"x-tenant-id": "a"})
+    }
+    assert len(keys) == 3
+    neutral = {
+        plan(server(), message, headers).key
+        for headers in ({"user-agent": "a"}, {"user-agent": "b"}, {"x-request-id": "1"})
+    }
+    assert len(neutral) == 1
+
+
+def test_routing_headers_sent_twice_are_refused() -> None:
+    message = request(name="t", arguments={})
+    raw = [("mcp-name", "t"), ("mcp-name", "other")]
+    with pytest.raises(policy.RequestRefused):
+        policy.plan(server(), message, {"mcp-name": "t, other"}, raw, "agent")
+
+
+def test_a_session_is_scoped_to_its_server() -> None:
+    assert policy.session_scope(server(), "s") != policy.session_scope(
+        Server.model_validate({"name": "other", "url": "http://o/mcp"}), "s"
+    )

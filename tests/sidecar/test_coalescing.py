@@ -35,14 +35,14 @@ async def held_calls(
     peer: Upstream,
     ids: list[Any],
     arguments: dict[str, Any],
-    credential: str | None = None,
+    identity: dict[str, str] | None = None,
     wait_for: int | None = None,
 ) -> list[httpx.Response]:
     """Send `held` calls with these ids at once; open the gate once `wait_for` requests
     wait on another's upstream call (all but one of these by default; 0: leave the
     gate to the caller); every answer."""
     gate = arguments["gate"]
-    extra = {"authorization": credential} if credential else {}
+    extra = identity or {}
 
     async def call(http: httpx.AsyncClient, n: int, request_id: Any) -> httpx.Response:
         headers = call_headers("held", **extra, accept=ACCEPTS[n % 2])
@@ -90,7 +90,10 @@ async def test_twenty_concurrent_identical_calls_make_one_upstream_call(
     assert outcomes == {"miss": 1, "collapsed": 19}
 
 
-async def test_two_end_users_concurrent_identical_calls_are_never_merged(sidecar, upstream) -> None:
+@pytest.mark.parametrize("header", ["authorization", "x-api-key"])
+async def test_two_end_users_concurrent_identical_calls_are_never_merged(
+    sidecar, upstream, header: str
+) -> None:
     peer, _ = upstream
     before = peer.calls["held"]
     arguments = {"gate": unique()}
@@ -106,7 +109,7 @@ async def test_two_end_users_concurrent_identical_calls_are_never_merged(sidecar
         try:
             return await asyncio.gather(
                 *(
-                    held_calls(sidecar, "sse", peer, ids, arguments, user, wait_for=0)
+                    held_calls(sidecar, "sse", peer, ids, arguments, {header: user}, wait_for=0)
                     for user, ids in users.items()
                 )
             )
@@ -116,11 +119,18 @@ async def test_two_end_users_concurrent_identical_calls_are_never_merged(sidecar
 
     results = await burst()
     assert peer.calls["held"] - before == 2, "one upstream call per end user"
+    numbers = set()
     for (user, ids), responses in zip(users.items(), results, strict=True):
+        texts = set()
         for request_id, response in zip(ids, responses, strict=True):
             body = answer(response)
             assert body["id"] == request_id
-            assert body["result"]["content"][0]["text"].startswith(f"user={user} #")
+            texts.add(body["result"]["content"][0]["text"])
+        (text,) = texts  # one answer per user...
+        if header == "authorization":
+            assert text.startswith(f"user={user} #")
+        numbers.add(text)
+    assert len(numbers) == 2, "...and never the other user's"
 
 
 async def test_followers_get_a_tool_error_too_and_nothing_is_stored(sidecar, json_upstream) -> None:

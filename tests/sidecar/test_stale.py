@@ -3,6 +3,7 @@ while the sidecar asks the upstream again (staleWhileRevalidate)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -88,6 +89,23 @@ async def test_a_dead_upstream_is_answered_from_the_stale_entry_within_the_windo
     assert gone.status_code == 502, "nothing stale once the window has passed"
     assert gone.json()["id"] == "third"
     assert peer.calls["echo"] == 1
+
+
+async def test_a_burst_on_a_dead_upstream_is_answered_stale_under_each_callers_id(
+    make_sidecar, own_upstream
+) -> None:
+    _, app = own_upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", ttl="1s", staleIfError="1m"))
+    arguments = {"text": unique()}
+    first = await call(sidecar, "echo", arguments)
+    stored_at = time.monotonic()  # the entry was stored before this
+    app.stop()
+    await past(stored_at + 1.05)
+    responses = await asyncio.gather(*(call(sidecar, "echo", arguments, n) for n in range(8)))
+    for request_id, response in enumerate(responses):
+        assert response.headers["cache-status"] == "mcpcache; fwd=stale; detail=stale-if-error"
+        assert response.json()["id"] == request_id
+        assert text(response) == text(first)
 
 
 async def test_an_upstream_5xx_is_answered_from_the_stale_entry_with_its_status(

@@ -71,6 +71,14 @@ class Outcome:
 ALONE: Final = Outcome("alone")
 
 
+class AnswerMissing(Exception):
+    """The upstream's response ended, or the fetch did, before its final answer."""
+
+
+ENDED_EARLY: Final = UpstreamFailure("broken", AnswerMissing())
+"""What followers learn when the body ended or broke off before the answer."""
+
+
 class Flight:
     """One upstream fetch, its leader's channel and its followers."""
 
@@ -137,9 +145,8 @@ class Flight:
     def end(self) -> None:
         """The task is over, however it ended: nobody may wait on it any longer."""
         self._send.close()
-        if self._head is None:
-            self.open_head(Head(failure=UpstreamFailure("broken", asyncio.CancelledError())))
-        self.settle(Outcome("failed", failure=UpstreamFailure("broken", EOFError())))
+        self.open_head(Head(failure=ENDED_EARLY))
+        self.settle(Outcome("failed", failure=ENDED_EARLY))
 
     # The waiting side (the leader's and followers' request tasks).
 

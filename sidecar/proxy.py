@@ -25,7 +25,7 @@ from starlette.types import ASGIApp
 
 from . import cache_status, policy
 from .capture import ResponseCapture
-from .coalesce import ALONE, Coalescer, Flight, Head, Outcome
+from .coalesce import ALONE, ENDED_EARLY, Coalescer, Flight, Head, Outcome
 from .config import Server, SidecarConfig
 from .errors import (
     FORBIDDEN,
@@ -472,7 +472,7 @@ def _outcome(status: int, capture: ResponseCapture, verdict: Verdict) -> Outcome
     if share == "failed":
         if status >= 500:
             return Outcome("failed", upstream_status=status)
-        return Outcome("failed", failure=UpstreamFailure("broken", EOFError()))
+        return Outcome("failed", failure=ENDED_EARLY)
     if share == "alone" or capture.final is None:
         return ALONE
     final = capture.final

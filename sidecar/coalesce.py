@@ -172,8 +172,9 @@ class Flight:
         self._abandon_if_idle()
 
     async def wait_as_follower(self, idle: float) -> Outcome | None:
-        """The followers' answer; None when the flight made no progress for `idle`
-        seconds twice in a row (stuck behind a leader's slow client, say)."""
+        """The followers' answer; None when, after a first `idle` seconds, another
+        `idle` seconds pass without the upstream sending a byte (the flight is stuck,
+        behind a leader's slow client, say)."""
         self.followers += 1
         try:
             seen: int | None = None

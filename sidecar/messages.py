@@ -216,8 +216,9 @@ def judge_response(response: Mapping[str, Any]) -> Verdict:
 def encode_result(result: Mapping[str, Any]) -> tuple[bytes, int]:
     """A result's bytes with its `ttlMs` (when it has one) written last, and the offset
     of that value: a hit restates the remaining freshness there without re-encoding."""
-    if "ttlMs" not in result:
-        return orjson.dumps(result), 0
+    ttl_ms = result.get("ttlMs")
+    if not isinstance(ttl_ms, int | float) or isinstance(ttl_ms, bool):
+        return orjson.dumps(result), 0  # none, or none a client could read: left as it is
     rest = orjson.dumps({k: v for k, v in result.items() if k != "ttlMs"})
     head = rest[:-1] + (b',"ttlMs":' if len(rest) > 2 else b'"ttlMs":')
     return head + orjson.dumps(result["ttlMs"]) + b"}", len(head)

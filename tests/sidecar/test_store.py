@@ -178,3 +178,10 @@ def test_a_stored_ttl_hint_is_restated_as_the_freshness_left() -> None:
     clock.now += 60
     head, tail = entry.result_parts(clock.now)
     assert orjson.loads(bytes(head) + tail)["ttlMs"] == 0
+
+
+def test_only_a_numeric_ttl_hint_is_restated() -> None:
+    assert encode_result({"content": [], "ttlMs": "soon"}) == (b'{"content":[],"ttlMs":"soon"}', 0)
+    assert encode_result({"content": []})[1] == 0
+    result, ttl_at = encode_result({"ttlMs": 5})
+    assert (result, ttl_at) == (b'{"ttlMs":5}', len(b'{"ttlMs":'))

@@ -7,6 +7,7 @@ asks; nothing else decides.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -104,12 +105,18 @@ def bypass_reason(server: Server, message: Message) -> BypassReason | None:
 def keyed_headers(server: Server, headers: Mapping[str, str]) -> frozenset[str]:
     """Every request header the key depends on: the configured identity headers, any
     header present whose name looks like a credential, the session and the version."""
+    return _keyed(server.cache.identity_headers, tuple(headers))
+
+
+@functools.lru_cache(maxsize=512)
+def _keyed(identity_headers: tuple[str, ...], present: tuple[str, ...]) -> frozenset[str]:
+    # Memoised: a client sends the same header names on every call.
     looks_like = {
         name
-        for name in headers
+        for name in present
         if CREDENTIAL_LIKE.search(name) is not None and name not in _NOT_CREDENTIALS
     }
-    return frozenset({*server.cache.identity_headers, *looks_like, SESSION_HEADER, PROTOCOL_HEADER})
+    return frozenset({*identity_headers, *looks_like, SESSION_HEADER, PROTOCOL_HEADER})
 
 
 def session_scope(server: Server, session_id: str) -> str:
@@ -145,8 +152,11 @@ def plan(
     if reason is not None:
         return Bypass(reason)
     keyed = keyed_headers(server, headers)
-    if (problem := repeated_or_hidden(raw_headers, keyed | ROUTING_HEADERS)) is not None:
-        raise RequestRefused(problem)
+    # Only a request with a repeated header or a `Connection` header can be ambiguous.
+    if len(raw_headers) != len(headers) or "connection" in headers:
+        problem = repeated_or_hidden(raw_headers, keyed | ROUTING_HEADERS)
+        if problem is not None:
+            raise RequestRefused(problem)
     assert message.method is not None
     who = identity(server, headers, keyed)
     key = cache_key(server.name, message.method, message.params, app_id, who)

@@ -127,7 +127,11 @@ class ServerCache(_Model):
     metadata_ttl: Duration | None = Field(
         default=None, alias="metadataTTL", gt=0, le=MAX_TTL_SECONDS
     )
-    """Accepted for compatibility; list operations are never cached, so it has no effect."""
+    """How long list results and `server/discover` are cached (per caller); unset: never."""
+    stale_if_error: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
+    """How long past its TTL an entry may answer when the upstream fails; unset: never."""
+    stale_while_revalidate: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
+    """How long past its TTL an entry may answer at once while it is fetched again."""
     identity_headers: Annotated[tuple[str, ...], AfterValidator(_header_names)] = (
         DEFAULT_IDENTITY_HEADERS
     )
@@ -143,6 +147,11 @@ class ServerCache(_Model):
     @property
     def max_size_clamped(self) -> bool:
         return self.max_size > MAX_SIZE_CEILING
+
+    @property
+    def keep_stale(self) -> float:
+        """How long an expired entry of this server is kept for stale answers."""
+        return max(self.stale_if_error or 0.0, self.stale_while_revalidate or 0.0)
 
 
 def _http_url(value: str) -> str:

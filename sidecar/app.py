@@ -128,6 +128,7 @@ class Sidecar:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+            await self.proxy.aclose()
             await self.client.aclose()
             if self.shared is not None:
                 await self.shared.aclose()

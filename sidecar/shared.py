@@ -15,10 +15,11 @@ time, and those still running at shutdown get one timeout to finish.
 What is stored is a framed value: a version marker, an echo of the key, a flag, the
 result's wall-clock timestamps and length, then the result bytes (the JSON-RPC `result`
 value, never headers, tokens or the caller's id). A value read back is verified before
-it is served — the marker, the key echo, the length, the expiry and that the result is
-one JSON object on one line — because it crossed a network and a store other programs
-can write to: a value filed under the wrong key (by a bug, by hand, or by a client that
-mixed up replies to cancelled commands, as redis-py once did) must never be served.
+it is served — the marker, the key echo, the length, and that the result is one JSON
+object exactly as the memory tier encodes it — because it crossed a network and a store
+other programs can write to: a value filed under the wrong key (by a bug, by hand, or by
+a client that mixed up replies to cancelled commands, as redis-py once did) must never
+be served.
 A value that fails is refused, counted and deleted.
 """
 
@@ -43,6 +44,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .config import SHARED_CACHE_PASSWORD_ENV, SHARED_CACHE_USERNAME_ENV, SharedCache
+from .messages import encode_result
 from .metrics import SharedMetrics
 
 logger = logging.getLogger("mcpcache.sidecar.shared")
@@ -73,6 +75,8 @@ class SharedEntry:
     event_stream: bool
     stored_at: float
     expires_at: float
+    ttl_at: int = 0
+    """Where the result's `ttlMs` value starts (see `messages.encode_result`), 0: none."""
 
 
 def encode(
@@ -97,8 +101,9 @@ def decode(value: bytes, key: str) -> SharedEntry | None:
     result = value[body_at:]
     if flags & ~_EVENT_STREAM or length != len(result) or not stored_at <= expires_at:
         return None
-    # Framed into responses as it is: one JSON object, and no raw line break that could
-    # end an event-stream frame early.
+    # Framed into responses as it is, so it must be exactly what this tier writes: one
+    # JSON object in the encoding the memory tier stores (no raw line break that could
+    # end an event-stream frame early, `ttlMs` last where a hit restates it).
     if b"\n" in result or b"\r" in result:
         return None
     try:
@@ -107,7 +112,10 @@ def decode(value: bytes, key: str) -> SharedEntry | None:
         return None
     if not isinstance(parsed, dict):
         return None
-    return SharedEntry(result, bool(flags & _EVENT_STREAM), stored_at, expires_at)
+    canonical, ttl_at = encode_result(parsed)
+    if canonical != result:
+        return None
+    return SharedEntry(result, bool(flags & _EVENT_STREAM), stored_at, expires_at, ttl_at)
 
 
 def _glob_escape(text: str) -> str:

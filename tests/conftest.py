@@ -1,8 +1,5 @@
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -10,6 +7,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from peers.binaries import go_built
 from peers.controlplane import BIN_ENV, Authority, ControlPlane
 from peers.operator import (
     OPERATOR_NAMESPACE,
@@ -42,20 +40,10 @@ def json_upstream() -> Iterator[tuple[Upstream, ServedApp]]:
     app.stop()
 
 
-def _redis_binary() -> str:
-    binary = redis_server_binary()
-    if binary is None:
-        reason = "no redis-server (tests/run.sh installs it; Debian: apt-get install redis-server)"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return binary
-
-
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """One real Redis for the run, on a free loopback port; emptied by tests that need it."""
-    server = RedisServer(_redis_binary()).start()
+    server = RedisServer(redis_server_binary()).start()
     yield server
     server.stop()
 
@@ -63,7 +51,7 @@ def redis_server() -> Iterator[RedisServer]:
 @pytest.fixture
 def own_redis_server() -> Iterator[RedisServer]:
     """A Redis of the test's own, for tests that stop and restart it."""
-    server = RedisServer(_redis_binary()).start()
+    server = RedisServer(redis_server_binary()).start()
     yield server
     server.stop()
 
@@ -109,24 +97,11 @@ def sidecar(
     )
 
 
-def _control_plane_binaries() -> Path:
-    """Where the control-plane binaries are; built on demand when Go is available."""
-    if bin_dir := os.environ.get(BIN_ENV):
-        return Path(bin_dir)
-    if shutil.which("go") is None:
-        reason = "no Go toolchain: the test control plane cannot be built (see tests/controlplane)"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    build = Path(__file__).parent / "controlplane" / "build.sh"
-    out = subprocess.run(["bash", str(build)], check=True, capture_output=True, text=True)
-    return Path(out.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
     """A real kube-apiserver with etcd, RBAC on, admin kubeconfig at `.kubeconfig`."""
-    plane = ControlPlane(_control_plane_binaries()).start()
+    build = Path(__file__).parent / "controlplane" / "build.sh"
+    plane = ControlPlane(go_built(BIN_ENV, build, "the test control plane")).start()
     try:
         yield plane
     finally:

@@ -460,3 +460,26 @@ async def test_answers_inside_a_legacy_session_stay_in_memory(
         for result in ("hit", "miss", "refused", "error", "skipped")
     )
     assert lookups == 1
+
+
+async def test_a_shared_hit_restates_ttl_ms_as_the_freshness_left(
+    make_sidecar, redis_server, json_upstream
+) -> None:
+    _, app = json_upstream
+    document = shared_config(app, redis_server.url)
+    document["servers"][0]["cache"]["ttl"] = "10m"
+    first, second = make_sidecar(document), make_sidecar(document)
+    uri = f"doc://{uuid.uuid4().hex[:8]}"
+    body = call_body(3, "unused", {})
+    body |= {"method": "resources/read", "params": {"uri": uri, "_meta": body["params"]["_meta"]}}
+    headers = call_headers(uri, method="resources/read")
+    answers = []
+    for sidecar in (first, second):
+        response = await post(sidecar.url("s"), body, headers, 10)
+        answers.append(response)
+        await stored_in_redis(first)
+    assert answers[1].headers["cache-status"] == SHARED_HIT
+    upstream_result, shared_result = (a.json()["result"] for a in answers)
+    assert shared_result["contents"] == upstream_result["contents"]
+    assert upstream_result["ttlMs"] == 60_000  # the upstream's cache hint
+    assert 0 < shared_result["ttlMs"] <= 60_000  # what is left of it

@@ -123,7 +123,7 @@ class Proxy:
             return HitResponse.of(entry, message.id, self.cache.timer())
         if self.shared is not None and not plan.session:
             # Answers given inside a legacy session end with it: they stay in memory.
-            entry = await self._shared_lookup(self.shared, config.app_id, server, plan.key)
+            entry = await self._shared_lookup(self.shared, config.app_id, server, message, plan.key)
             if entry is not None:
                 self.metrics.count(server.name, method, "hit")
                 return HitResponse.of(entry, message.id, self.cache.timer(), shared=True)
@@ -131,13 +131,13 @@ class Proxy:
         return await self._miss(request)
 
     async def _shared_lookup(
-        self, shared: SharedTier, app_id: str, server: Server, key: str
+        self, shared: SharedTier, app_id: str, server: Server, message: Message, key: str
     ) -> Entry | None:
         """The shared tier's entry for `key` (verified there), copied into memory for
-        the rest of its life; None on a miss or when Redis is out of reach."""
-        found = await shared.get(
-            app_id, server.name, key, server.cache.effective_max_size, server.cache.ttl
-        )
+        the rest of its life (never longer than this sidecar would keep such an answer);
+        None on a miss or when Redis is out of reach."""
+        longest = policy.storage_ttl(server, Verdict(None), {}, message.method)
+        found = await shared.get(app_id, server.name, key, server.cache.effective_max_size, longest)
         if found is None:
             return None
         value, remaining = found

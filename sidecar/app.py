@@ -116,6 +116,8 @@ class Sidecar:
         if isinstance(self.config, ConfigSource):
             follower = asyncio.create_task(self._follow(self.config))
         watcher = asyncio.create_task(self._mark_ready(servers))
+        if self.shared is not None:
+            self.shared.warm_up()
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:

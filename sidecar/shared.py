@@ -307,6 +307,18 @@ class SharedTier:
         """Remove every entry of one app."""
         return await self._delete_matching(_glob_escape(self.app_prefix(app_id)) + "*")
 
+    def warm_up(self) -> None:
+        """Open a first connection in the background, so that the first lookup does not
+        pay for the connection (and a TLS handshake) within its timeout."""
+        self._spawn(self._warm_up)
+
+    async def _warm_up(self) -> None:
+        try:
+            async with asyncio.timeout(max(1.0, self.settings.timeout)):
+                await self._redis.ping()
+        except Exception as exc:  # the first lookup will find out, and count it
+            logger.debug("shared cache: warm-up failed", extra={"error": type(exc).__name__})
+
     async def aclose(self) -> None:
         """Give writes in flight one timeout to finish, then close the pool."""
         pending = set(self._pending)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from .controlplane import Authority
 from .serving import end_process_group, free_port, wait_until
 
 
@@ -36,18 +37,44 @@ def redis_server_binary() -> str:
 
 
 class RedisServer:
-    def __init__(self, binary: str) -> None:
+    """With `tls`, the server speaks only TLS, with a certificate `tls` issues."""
+
+    def __init__(self, binary: str, tls: Authority | None = None) -> None:
         self.binary = binary
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="mcpcache-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
+        self.tls_args: list[str] = []
+        if tls is not None:
+            cert, key = tls.issue("redis", hosts=("127.0.0.1",))
+            files = {"ca.pem": tls.pem, "cert.pem": cert, "key.pem": key}
+            for name, data in files.items():
+                (self.dir / name).write_bytes(data)
+            self.tls_args = [
+                "--port",
+                "0",
+                "--tls-port",
+                str(self.port),
+                "--tls-auth-clients",
+                "no",
+            ]
+            for option, name in (("cert", "cert.pem"), ("key", "key.pem"), ("ca-cert", "ca.pem")):
+                self.tls_args += [f"--tls-{option}-file", str(self.dir / name)]
+
+    @property
+    def ca_file(self) -> Path:
+        return self.dir / "ca.pem"
 
     @property
     def url(self) -> str:
+        if self.tls_args:
+            return f"rediss://127.0.0.1:{self.port}/0?ssl_ca_certs={self.ca_file}"
         return f"redis://127.0.0.1:{self.port}/0"
 
     def client(self, **kw: object) -> redis.Redis:
         """A plain synchronous client, as an operator (or an attacker) would use."""
+        if self.tls_args:
+            kw = {"ssl": True, "ssl_ca_certs": str(self.ca_file), **kw}
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, **kw)  # type: ignore[arg-type]
 
     def start(self) -> RedisServer:
@@ -67,6 +94,7 @@ class RedisServer:
                 "no",
                 "--daemonize",
                 "no",
+                *self.tls_args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

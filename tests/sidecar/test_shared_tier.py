@@ -15,7 +15,8 @@ import pytest
 from mcpcache.sidecar.config import ConfigError, parse_config
 from mcpcache.sidecar.shared import MAGIC, Breaker, decode, encode
 from peers.clients import LEGACY, call_body, call_headers, mcp_client, post
-from peers.redisserver import RedisServer
+from peers.controlplane import Authority
+from peers.redisserver import RedisServer, redis_server_binary
 from peers.serving import ServedApp, async_wait_until
 from peers.sidecar import RunningSidecar, one_server
 
@@ -483,3 +484,24 @@ async def test_a_shared_hit_restates_ttl_ms_as_the_freshness_left(
     assert shared_result["contents"] == upstream_result["contents"]
     assert upstream_result["ttlMs"] == 60_000  # the upstream's cache hint
     assert 0 < shared_result["ttlMs"] <= 60_000  # what is left of it
+
+
+async def test_rediss_is_verified_tls(make_sidecar, json_upstream) -> None:
+    _, app = json_upstream
+    redis = RedisServer(redis_server_binary(), tls=Authority.create("redis-test-ca")).start()
+    try:
+        document = shared_config(app, redis.url, timeout="1s")  # a handshake on a busy host
+        first, second = make_sidecar(document), make_sidecar(document)
+        await call(first, "echo", {"text": "over tls"})
+        await stored_in_redis(first)
+        status, _, _ = await call(second, "echo", {"text": "over tls"})
+        assert status == SHARED_HIT
+        # A server whose certificate the sidecar cannot verify is not used.
+        untrusted = make_sidecar(
+            shared_config(app, f"rediss://127.0.0.1:{redis.port}/0", timeout="1s")
+        )
+        status, _, _ = await call(untrusted, "echo", {"text": "over tls"})
+        assert status.startswith("mcpcache; fwd=miss")
+        assert untrusted.sample("mcpcache_shared_lookups_total", result="error") == 1
+    finally:
+        redis.stop()

@@ -15,6 +15,7 @@ from typing import Any, Final
 import orjson
 
 from .messages import NotStoredReason, Verdict, is_server_request, judge_response
+from .notices import Notice, notice_of
 from .sse import Event, EventDecoder
 
 MIN_EVENT_BOUND: Final = 64 << 10
@@ -51,6 +52,11 @@ class ResponseCapture:
         self.skipped_event = False
         """An event too large to decode passed: it may have been the answer."""
         self.verdict: Verdict | None = Verdict(refused) if refused is not None else None
+        self.final: dict[str, Any] | None = None
+        """The final response, as decoded (when it was small enough to decode)."""
+        self.notices: list[Notice] = []
+        """Notifications seen before the final response that say entries are out of
+        date; whoever follows the capture takes them out."""
         self._server_request = False
         self._body: list[bytes] = []
         self._events = EventDecoder(max(max_size, MIN_EVENT_BOUND))
@@ -121,6 +127,9 @@ class ResponseCapture:
         if is_server_request(message):
             self._server_request = True
             return
+        if "id" not in message and (notice := notice_of(message)) is not None:
+            self.notices.append(notice)
+            return
         if message.get("id") == self.request_id and ("result" in message or "error" in message):
             self._judge_final(message)
 
@@ -135,6 +144,7 @@ class ResponseCapture:
 
     def _judge_final(self, message: dict[str, Any]) -> None:
         self.final_seen = True
+        self.final = message
         if self.verdict is not None:
             return  # refused before the body: followed, never kept
         if self._server_request:

@@ -44,7 +44,7 @@ KNOWN_METHODS: Final = frozenset(
 
 REQUEST_STATE_PARAMS: Final = ("inputResponses", "requestState")
 
-BypassReason = Literal["method", "disabled", "request_state"]
+BypassReason = Literal["method", "disabled", "request_state", "tool_rule", "not_read_only"]
 NotStoredReason = Literal[
     "error",
     "tool_error",
@@ -56,6 +56,7 @@ NotStoredReason = Literal[
     "upstream_status",
     "incomplete",
     "over_budget",
+    "invalidated",
 ]
 
 

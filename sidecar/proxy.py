@@ -28,14 +28,19 @@ from .errors import (
 from .headers import forward_headers, response_headers
 from .hit import HitResponse
 from .incoming import Incoming
+from .invalidation import Invalidator
 from .messages import Message, Verdict, method_label
 from .metrics import Metrics
+from .notices import Notice
 from .origin import OriginPolicy
 from .relay import Call, Relay
 from .store import ResponseCache
 from .upstream import UpstreamClient, UpstreamFailure, UpstreamResponse
 
 logger = logging.getLogger("mcpcache.sidecar")
+
+FOLLOW_BOUND = 1 << 20
+"""How much of a write's or a `tools/list`'s answer is decoded to see how it ended."""
 
 
 def _with_headers(response: Response, headers: list[tuple[str, str]], status: str) -> Response:
@@ -55,12 +60,15 @@ class Proxy:
         metrics: Metrics,
         client: UpstreamClient,
         origin_policy: OriginPolicy,
+        invalidator: Invalidator,
     ) -> None:
         self._config = config
         self.cache = cache
         self.metrics = metrics
         self.client = client
         self.origin_policy = origin_policy
+        self.invalidator = invalidator
+        self.hints = invalidator.hints
 
     async def handle(self, incoming: Incoming, server_name: str) -> ASGIApp:
         try:
@@ -72,25 +80,21 @@ class Proxy:
         config = self._config()
         server = self._route(incoming, config, server_name)
         if incoming.method != "POST":
-            return await self._pass_through(
-                incoming, server, None, None, cache_status.forwarded("method")
-            )
+            return await self._pass_through(incoming, server, None, None, policy.Bypass("method"))
         raw = await incoming.read_body(config.max_request_bytes)
         message = incoming.message(raw)
-        plan = policy.plan(server, message, incoming.headers, config.app_id)
+        plan = policy.plan(server, message, incoming.headers, config.app_id, self.hints)
         method = method_label(message.method)
         if isinstance(plan, policy.Bypass):
             if message.is_request:
                 self.metrics.count(server.name, method, "bypass")
-            return await self._pass_through(
-                incoming, server, message, raw, cache_status.forwarded(plan.fwd)
-            )
+            return await self._pass_through(incoming, server, message, raw, plan)
         entry = self.cache.get_fresh(plan.key)
         if entry is not None:
             self.metrics.count(server.name, method, "hit")
             return HitResponse.of(entry, message.id, self.cache.timer())
         self.metrics.count(server.name, method, "miss")
-        return await self._miss(incoming, server, message, raw, plan.key)
+        return await self._miss(incoming, server, message, raw, plan)
 
     def _route(self, incoming: Incoming, config: SidecarConfig, server_name: str) -> Server:
         """The listener's guards, then the named server."""
@@ -118,22 +122,77 @@ class Proxy:
         server: Server,
         message: Message | None,
         raw: bytes | None,
-        status: str,
+        plan: policy.Bypass,
     ) -> Response:
         """Forward and relay; nothing is stored. A request's answer is still followed,
-        to end a stream that breaks before answering with an error the client sees."""
+        to end a stream that breaks before answering with an error the client sees, and
+        to act on it: a write invalidates, a `tools/list` teaches read-only hints."""
+        status = cache_status.forwarded(plan.fwd, plan.detail)
         call, response = await self._open(incoming, server, message, raw)
         capture = None
+        on_final = None
         if message is not None and message.is_request:
-            capture = ResponseCapture(message.id, response.event_stream, 0)
-        relay = Relay(response, call, self.metrics, capture)
-        streaming = StreamingResponse(relay.stream(b""), response.status)
-        return _with_headers(streaming, response_headers(response.headers), status)
+            follows = bool(plan.invalidates) or plan.learn_tools
+            bound = FOLLOW_BOUND if follows else 0
+            capture = ResponseCapture(message.id, response.event_stream, bound)
+            on_final = self._follower(server, plan, capture)
+        relay = Relay(response, call, self.metrics, capture, on_final, self._on_notice(server))
+        headers = response_headers(response.headers)
+        if on_final is None or response.event_stream:
+            streaming = StreamingResponse(relay.stream(b""), response.status)
+            return _with_headers(streaming, headers, status)
+        # A JSON answer followed to its end: read it before the headers, so that what
+        # it invalidates is gone before the caller can ask again.
+        prefix = await relay.read_prefix()
+        if relay.done:
+            return _with_headers(Response(prefix, response.status), headers, status)
+        on_final(Verdict("too_large"), False)  # cannot tell how it ended: assume it wrote
+        streaming = StreamingResponse(relay.stream(prefix), response.status)
+        return _with_headers(streaming, headers, status)
+
+    def _follower(
+        self, server: Server, plan: policy.Bypass, capture: ResponseCapture
+    ) -> Callable[[Verdict, bool], Verdict] | None:
+        """What to do once a forwarded request's answer is known, if anything."""
+        if plan.invalidates:
+            globs = plan.invalidates
+            done = False
+
+            def invalidate(verdict: Verdict, event_stream: bool) -> Verdict:
+                nonlocal done
+                if not done and policy.write_happened(verdict):
+                    self.invalidator.tools(server.name, globs, "write")
+                done = True
+                return verdict
+
+            return invalidate
+        if plan.learn_tools:
+
+            def learn(verdict: Verdict, event_stream: bool) -> Verdict:
+                final = capture.final
+                if final is not None and "result" in final:
+                    self.hints.learn(server.name, final["result"])
+                return verdict
+
+            return learn
+        return None
+
+    def _on_notice(self, server: Server) -> Callable[[Notice], None]:
+        def notice(notice: Notice) -> None:
+            self.invalidator.notice(server.name, notice)
+
+        return notice
 
     async def _miss(
-        self, incoming: Incoming, server: Server, message: Message, raw: bytes, key: str
+        self,
+        incoming: Incoming,
+        server: Server,
+        message: Message,
+        raw: bytes,
+        plan: policy.Lookup,
     ) -> Response:
         """Forward a cacheable request, relay its answer and store it if the policy allows."""
+        epoch = self.invalidator.epoch(server.name)
         call, response = await self._open(incoming, server, message, raw)
         refused = policy.response_refusal(response.status, response.header_map)
         capture = ResponseCapture(
@@ -141,9 +200,11 @@ class Proxy:
         )
 
         def store(verdict: Verdict, event_stream: bool) -> Verdict:
-            return self._store(server, key, verdict, event_stream)
+            if verdict.reason is None and self.invalidator.epoch(server.name) != epoch:
+                verdict = Verdict("invalidated")  # fetched before entries were dropped
+            return self._store(server, plan, verdict, event_stream)
 
-        relay = Relay(response, call, self.metrics, capture, store)
+        relay = Relay(response, call, self.metrics, capture, store, self._on_notice(server))
         headers = response_headers(response.headers)
         if response.event_stream:
             return _with_headers(
@@ -211,11 +272,14 @@ class Proxy:
             },
         )
 
-    def _store(self, server: Server, key: str, verdict: Verdict, event_stream: bool) -> Verdict:
+    def _store(
+        self, server: Server, plan: policy.Lookup, verdict: Verdict, event_stream: bool
+    ) -> Verdict:
         """Store a storable answer; count why not otherwise."""
         if verdict.reason is None:
-            ttl = policy.storage_ttl(server, verdict)
-            if self.cache.store(key, verdict.result, event_stream, ttl) is None:
+            ttl = policy.storage_ttl(plan, verdict)
+            stored = self.cache.store(plan.key, verdict.result, event_stream, ttl, plan.scope)
+            if stored is None:
                 verdict = Verdict("over_budget")
         if verdict.reason is not None:
             self.metrics.not_stored.labels(server.name, verdict.reason).inc()

@@ -8,6 +8,7 @@ import pytest
 
 from mcpcache.sidecar import policy
 from mcpcache.sidecar.config import Server
+from mcpcache.sidecar.hints import ToolHints
 from mcpcache.sidecar.messages import Message, Verdict
 
 
@@ -78,7 +79,86 @@ def test_response_refusal(status: int, headers: dict[str, str], reason: str | No
     assert policy.response_refusal(status, headers) == reason
 
 
+def lookup(cached: Server, **params: Any) -> policy.Lookup:
+    plan = policy.plan(cached, request(**params), {}, "agent")
+    assert isinstance(plan, policy.Lookup)
+    return plan
+
+
 def test_storage_ttl_is_the_shorter_of_the_server_ttl_and_the_result_hint() -> None:
-    assert policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}")) == 60
-    assert policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}", ttl_cap=5)) == 5
-    assert policy.storage_ttl(server(ttl="2s"), Verdict(None, b"{}", ttl_cap=5)) == 2
+    def ttl(cached: Server, cap: float | None = None) -> float:
+        return policy.storage_ttl(lookup(cached, name="t"), Verdict(None, b"{}", ttl_cap=cap))
+
+    assert ttl(server(ttl="60s")) == 60
+    assert ttl(server(ttl="60s"), cap=5) == 5
+    assert ttl(server(ttl="2s"), cap=5) == 2
+
+
+RULES = [
+    {"name": "search_*", "ttl": "5m", "ignoreArguments": ["requestId"]},
+    {"name": "create_*", "invalidates": ["search_*"]},
+    {"name": "audit", "enabled": False},
+    {"name": "lookup", "enabled": True},
+]
+
+
+def test_the_first_matching_rule_applies_else_the_server_defaults() -> None:
+    ruled = server(ttl="60s", tools=[*RULES, {"name": "search_old", "ttl": "1s"}])
+    assert lookup(ruled, name="search_docs").ttl == 300
+    assert lookup(ruled, name="search_old").ttl == 300
+    assert lookup(ruled, name="other").ttl == 60
+    assert policy.plan(ruled, request(name="audit"), {}, "a") == policy.Bypass("tool_rule")
+
+
+def test_a_tool_that_invalidates_is_never_cached_and_carries_its_globs() -> None:
+    plan = policy.plan(server(tools=RULES), request(name="create_doc"), {}, "a")
+    assert plan == policy.Bypass("tool_rule", ("search_*",))
+    assert isinstance(plan, policy.Bypass)
+    assert (plan.fwd, plan.detail) == ("bypass", "tool-rule")
+
+
+def test_ignored_arguments_leave_the_key_and_nothing_else_does() -> None:
+    ruled = server(tools=RULES)
+
+    def key(app: str = "a", auth: str = "", **arguments: Any) -> str:
+        headers = {"authorization": auth} if auth else {}
+        message = request(name="search_docs", arguments=arguments)
+        plan = policy.plan(ruled, message, headers, app)
+        assert isinstance(plan, policy.Lookup)
+        return plan.key
+
+    assert key(q="x", requestId=1) == key(q="x", requestId=2) == key(q="x")
+    assert key(q="x") != key(q="y")
+    assert key(q="x") != key(app="b", q="x")
+    assert key(q="x") != key(auth="Bearer one", q="x") != key(auth="Bearer two", q="x")
+    unruled = policy.plan(server(), request(name="search_docs", arguments={"q": "x"}), {}, "a")
+    assert isinstance(unruled, policy.Lookup)
+    assert unruled.key != key(q="x"), "entries made under other rules never meet"
+
+
+def test_only_read_only_tools_caches_what_a_listing_called_read_only() -> None:
+    hints = ToolHints()
+    ruled = server(onlyReadOnlyTools=True, tools=RULES)
+
+    def plan(name: str) -> policy.Bypass | policy.Lookup:
+        return policy.plan(ruled, request(name=name), {}, "a", hints)
+
+    assert plan("get") == policy.Bypass("not_read_only")
+    hints.learn(
+        "docs",
+        {
+            "tools": [
+                {"name": "get", "annotations": {"readOnlyHint": True}},
+                {"name": "put", "annotations": {"readOnlyHint": False}},
+                {"name": "other"},
+            ]
+        },
+    )
+    assert isinstance(plan("get"), policy.Lookup)
+    assert plan("put") == policy.Bypass("not_read_only")
+    assert plan("other") == policy.Bypass("not_read_only")
+    assert isinstance(plan("lookup"), policy.Lookup), "enabled: true overrides"
+    hints.learn("docs", {"tools": [{"name": "get"}]})
+    assert plan("get") == policy.Bypass("not_read_only"), "one listing saying no is enough"
+    listing = policy.plan(ruled, request("tools/list"), {}, "a", hints)
+    assert listing == policy.Bypass("method", learn_tools=True)

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from .config import LISTEN_PORT_ENV, ConfigError
-from .units import format_quantity
 
 logger = logging.getLogger("mcpcache")
 
@@ -88,7 +87,12 @@ def _table(rows: list[list[str]], right: set[int]) -> str:
 
 
 def _size(value: int) -> str:
-    return str(format_quantity(value))
+    """Bytes the way the config writes sizes, rounded for reading (`40.3Ki`)."""
+    for unit, shift in (("Gi", 30), ("Mi", 20), ("Ki", 10)):
+        if value >= 1 << shift:
+            scaled = value / (1 << shift)
+            return f"{scaled:.0f}{unit}" if scaled == int(scaled) else f"{scaled:.1f}{unit}"
+    return str(value)
 
 
 def _stats(args: argparse.Namespace) -> int:

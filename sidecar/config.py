@@ -116,7 +116,7 @@ class ToolRule(_Model):
     """How one tool (or a family, by glob) is cached; the first matching rule applies."""
 
     name: Glob
-    enabled: bool | None = None
+    enabled: bool | None = Field(default=None, strict=True)
     """Unset: the server's `enabled` (and `onlyReadOnlyTools`) decide."""
     ttl: Duration | None = None
     """Unset: the server's `ttl`."""
@@ -158,7 +158,7 @@ class ServerCache(_Model):
     max_size: Quantity = DEFAULT_MAX_SIZE
     metadata_ttl: Duration | None = Field(default=None, alias="metadataTTL")
     """Accepted for compatibility; list operations are never cached, so it has no effect."""
-    only_read_only_tools: bool = False
+    only_read_only_tools: bool = Field(default=False, strict=True)
     """Cache only tools the server's `tools/list` marks `readOnlyHint: true` (a rule with
     `enabled: true` overrides); a tool the sidecar has not seen listed is not cached."""
     tools: tuple[ToolRule, ...] = Field(default=(), max_length=MAX_TOOL_RULES)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from .config import Server, ToolRule
 from .hints import ToolHints
@@ -66,14 +66,19 @@ class Bypass:
         return BYPASS_DETAIL.get(self.reason)
 
 
-@dataclass(frozen=True, slots=True)
-class Lookup:
+class Lookup(NamedTuple):
     """The request is looked up under `key`; on a miss its answer may be stored for
-    `ttl` seconds, indexed under `scope`."""
+    `ttl` seconds, indexed under its `scope`. (A tuple: made on every hit, so cheap.)"""
 
     key: str
-    ttl: float = 0.0
-    scope: Scope | None = None
+    ttl: float
+    server: str
+    tool: str | None = None
+    uri: str | None = None
+
+    @property
+    def scope(self) -> Scope:
+        return Scope(self.server, self.tool, self.uri)
 
 
 def bypass_reason(server: Server, message: Message) -> BypassReason | None:
@@ -117,20 +122,19 @@ def plan(
     hints: ToolHints | None = None,
 ) -> Bypass | Lookup:
     """Look this request up, and under which key, or forward it untouched."""
-    rule = tool_rule(server, message)
-    invalidates = rule.invalidates if rule is not None else ()
+    cache = server.cache
     reason = bypass_reason(server, message)
+    rule = tool_rule(server, message) if cache.tools else None
+    tool: str | None = None
     if reason is None and message.method == "tools/call":
-        tool: str = message.params["name"]
-        reason = tool_bypass(server, rule, tool, hints or ToolHints())
-        scope = Scope(server.name, tool=tool)
-    elif reason is None:
-        scope = Scope(server.name, uri=message.params["uri"])
+        tool = message.params["name"]
+        if rule is not None or cache.only_read_only_tools:
+            reason = tool_bypass(server, rule, tool, hints or ToolHints())
     if reason is not None:
-        learn = message.method == "tools/list" and server.cache.only_read_only_tools
-        return Bypass(reason, invalidates, learn)
+        learn = message.method == "tools/list" and cache.only_read_only_tools
+        return Bypass(reason, rule.invalidates if rule is not None else (), learn)
     assert message.method is not None
-    ttl = rule.ttl if rule is not None and rule.ttl is not None else server.cache.ttl
+    ttl = rule.ttl if rule is not None and rule.ttl is not None else cache.ttl
     if ttl <= 0:
         return Bypass("tool_rule" if rule is not None else "disabled")
     key = cache_key(
@@ -141,7 +145,9 @@ def plan(
         credential_identity(headers.get("authorization")),
         rule.ignore_arguments if rule is not None else (),
     )
-    return Lookup(key, ttl, scope)
+    if tool is not None:
+        return Lookup(key, ttl, server.name, tool)
+    return Lookup(key, ttl, server.name, uri=message.params["uri"])
 
 
 def response_refusal(status: int, headers: Mapping[str, str]) -> NotStoredReason | None:

@@ -92,7 +92,14 @@ class NamespaceReconciler:
         )
         items = [i for i in listing["items"] if not i["metadata"].get("deletionTimestamp")]
         plans = [
-            (item, effective_server(item["metadata"]["name"], item.get("spec") or {}))
+            (
+                item,
+                effective_server(
+                    item["metadata"]["name"],
+                    item.get("spec") or {},
+                    item["metadata"].get("annotations"),
+                ),
+            )
             for item in items
         ]
         servers = [e.server for _, e in plans if e.server is not None]
@@ -136,19 +143,43 @@ class NamespaceReconciler:
         self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, PLURAL, metadata["name"], {"status": desired}
         )
-        was_clamped = any(
-            c.get("type") == "MaxSizeClamped"
-            and c.get("status") == "True"
-            and c.get("observedGeneration") == metadata.get("generation")
-            for c in current.get("conditions", [])
-        )
-        if effective.clamped_from is not None and not was_clamped:
-            clamp = next(c for c in desired["conditions"] if c["type"] == "MaxSizeClamped")
-            self._warn(namespace, metadata, "MaxSizeClamped", clamp["message"])
-        if effective.server is None:
-            self._warn(namespace, metadata, "InvalidSpec", effective.error or "invalid spec")
+        generation = metadata.get("generation")
 
-    def _warn(self, namespace: str, metadata: Mapping[str, Any], reason: str, message: str) -> None:
+        def newly_true(kind: str) -> dict[str, Any] | None:
+            """The condition `kind` when it is True now and was not for this generation."""
+            was = any(
+                c.get("type") == kind
+                and c.get("status") == "True"
+                and c.get("observedGeneration") == generation
+                for c in current.get("conditions", [])
+            )
+            now = next((c for c in desired["conditions"] if c["type"] == kind), None)
+            return now if now is not None and now["status"] == "True" and not was else None
+
+        for kind in ("MaxSizeClamped", "RulesShadowed"):
+            if (condition := newly_true(kind)) is not None:
+                self._event(namespace, metadata, kind, condition["message"])
+        if effective.server is None:
+            self._event(namespace, metadata, "InvalidSpec", effective.error or "invalid spec")
+        purge = desired.get("lastPurge")
+        if purge is not None and purge != current.get("lastPurge"):
+            self._event(
+                namespace,
+                metadata,
+                "PurgePropagated",
+                f"purge {purge!r} written to the sidecar configuration of namespace "
+                f"{namespace}: sidecars drop this server's entries as they reload it",
+                kind="Normal",
+            )
+
+    def _event(
+        self,
+        namespace: str,
+        metadata: Mapping[str, Any],
+        reason: str,
+        message: str,
+        kind: str = "Warning",
+    ) -> None:
         now = datetime.datetime.now(datetime.UTC)
         event = client.CoreV1Event(
             metadata=client.V1ObjectMeta(generate_name=f"{metadata['name']}."),
@@ -162,7 +193,7 @@ class NamespaceReconciler:
             ),
             reason=reason,
             message=message,
-            type="Warning",
+            type=kind,
             source=client.V1EventSource(component="mcpcache-operator"),
             first_timestamp=now,
             last_timestamp=now,

@@ -30,7 +30,7 @@ import orjson
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from mcpcache.sidecar.key import cache_key, credential_identity
+from mcpcache.sidecar.key import cache_key, secret_digest
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -371,7 +371,7 @@ def bench_scale(calls: int) -> dict[str, Any]:
 def bench_key(repeat: int) -> dict[str, Any]:
     """Key computation for arguments of 1 KiB to 1 MiB, against serialising them alone."""
     results: dict[str, Any] = {}
-    credential = credential_identity("Bearer token")
+    credential = {"authorization": secret_digest("Bearer token")}
     for size in (1 << 10, 16 << 10, 256 << 10, 1 << 20):
         params = {
             "name": "search",

@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from mcpcache.sidecar.config import METRICS_HOST_ENV
+
 from .configmap import CONFIG_KEY, CONFIGMAP_NAME
 from .settings import SIDECAR_LISTEN_PORT, SIDECAR_METRICS_PORT, OperatorSettings
 
@@ -50,8 +52,12 @@ def app_id_of(pod: Mapping[str, Any]) -> str:
     return str(app_id)
 
 
-def _sidecar_env(app_id: str, settings: OperatorSettings) -> list[dict[str, str]]:
-    env = [{"name": "MCPCACHE_APP_ID", "value": app_id}]
+def _sidecar_env(app_id: str, settings: OperatorSettings) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "MCPCACHE_APP_ID", "value": app_id},
+        # Metrics and probes on the pod IP only: scrapable, not on every interface.
+        {"name": METRICS_HOST_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]
     if settings.sidecar_cache_max_entries is not None:
         value = str(settings.sidecar_cache_max_entries)
         env.append({"name": "MCPCACHE_CACHE_MAX_ENTRIES", "value": value})

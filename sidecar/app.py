@@ -12,7 +12,6 @@ import gc
 import logging
 import socket
 from collections.abc import Callable
-from typing import Literal
 
 import uvicorn
 from fastapi import FastAPI
@@ -26,6 +25,7 @@ from .errors import UNKNOWN_SERVER, ProxyError
 from .hints import ToolHints
 from .incoming import Incoming
 from .invalidation import Invalidator
+from .listener import uvicorn_config
 from .messages import INVALID_REQUEST
 from .metrics import Metrics
 from .origin import OriginPolicy
@@ -183,27 +183,6 @@ class ProxyApp:
         else:
             response = await self.proxy.handle(Incoming(scope, receive), name)
         await response(scope, receive, send)
-
-
-def uvicorn_config(
-    app: ASGIApp, host: str, port: int, lifespan: Literal["auto", "on", "off"] = "off"
-) -> uvicorn.Config:
-    """The server settings of both listeners (benchmarks serve their baselines with these).
-
-    No access log (hits must not log), no proxy-header rewriting (the listener faces
-    loopback callers, not a proxy), no Server/Date headers.
-    """
-    return uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_config=None,
-        access_log=False,
-        proxy_headers=False,
-        lifespan=lifespan,
-        server_header=False,
-        date_header=False,
-    )
 
 
 def _server(app: ASGIApp, host: str, port: int) -> uvicorn.Server:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Self
@@ -38,8 +39,12 @@ DEFAULT_MAX_BYTES = 64 << 20
 DEFAULT_MAX_REQUEST_BYTES = 4 << 20
 DEFAULT_MAX_HEADER_BYTES = 64 << 10
 
+DEFAULT_IDENTITY_HEADERS = ("authorization", "proxy-authorization", "cookie", "x-api-key")
+"""Request headers that identify an end user: each value present is hashed into the key."""
+
 APP_ID_ENV = "MCPCACHE_APP_ID"
 LISTEN_PORT_ENV = "MCPCACHE_LISTEN_PORT"
+METRICS_HOST_ENV = "MCPCACHE_METRICS_HOST"
 METRICS_PORT_ENV = "MCPCACHE_METRICS_PORT"
 CACHE_MAX_ENTRIES_ENV = "MCPCACHE_CACHE_MAX_ENTRIES"
 CACHE_MAX_BYTES_ENV = "MCPCACHE_CACHE_MAX_BYTES"
@@ -150,6 +155,17 @@ class ToolRule(_Model):
 _RULE_MEMO_LIMIT = 4096
 
 
+def _header_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    lowered = tuple(dict.fromkeys(name.lower() for name in names))
+    for name in lowered:
+        if not _TOKEN.fullmatch(name):
+            raise ValueError(f"{name!r} is not an HTTP header name")
+    return lowered
+
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")
+
+
 class ServerCache(_Model):
     """Per-server caching policy, mirroring the MCPServer's `spec.cache`."""
 
@@ -162,6 +178,13 @@ class ServerCache(_Model):
     """Cache only tools the server's `tools/list` marks `readOnlyHint: true` (a rule with
     `enabled: true` overrides); a tool the sidecar has not seen listed is not cached."""
     tools: tuple[ToolRule, ...] = Field(default=(), max_length=MAX_TOOL_RULES)
+    identity_headers: Annotated[tuple[str, ...], AfterValidator(_header_names)] = (
+        DEFAULT_IDENTITY_HEADERS
+    )
+    """Headers whose values (hashed) separate one end user's entries from another's."""
+    ignore_set_cookie: bool = False
+    """Store answers that set a cookie (a load balancer's affinity cookie, say). The
+    cookie still reaches only the caller it was set for; it is never stored."""
 
     @functools.cached_property
     def _rule_memo(self) -> dict[str, ToolRule | None]:
@@ -239,7 +262,8 @@ class SidecarConfig(_Model):
 
     app_id: str = Field(default="default", min_length=1)
     listen: Address = Address(host="127.0.0.1", port=3500)
-    metrics: Address = Address(host="0.0.0.0", port=9090)
+    metrics: Address = Address(host="127.0.0.1", port=9090)
+    """Loopback unless told otherwise; in a pod the operator binds it to the pod IP."""
     cache: CacheLimits = CacheLimits()
     max_request_bytes: Quantity = DEFAULT_MAX_REQUEST_BYTES
     max_header_bytes: Quantity = DEFAULT_MAX_HEADER_BYTES
@@ -255,6 +279,17 @@ class SidecarConfig(_Model):
                 raise ValueError(f"server name {server.name!r} appears more than once")
             seen.add(server.name)
         return self
+
+    def check_not_self(self) -> None:
+        """Refuse a server URL that points back at this sidecar's own listener: every
+        request to it would loop through the sidecar until memory ran out."""
+        for server in self.servers:
+            parts = urlsplit(server.url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            if parts.hostname in _LOOPBACK and port == self.listen.port:
+                raise ValueError(
+                    f"server {server.name!r} points at the sidecar's own listener ({server.url})"
+                )
 
     def server(self, name: str) -> Server | None:
         for server in self.servers:
@@ -277,8 +312,13 @@ class SidecarConfig(_Model):
             update["app_id"] = app_id
         if port := environ.get(LISTEN_PORT_ENV):
             update["listen"] = self.listen.model_copy(update={"port": int(port)})
+        metrics: dict[str, Any] = {}
+        if host := environ.get(METRICS_HOST_ENV):
+            metrics["host"] = host
         if port := environ.get(METRICS_PORT_ENV):
-            update["metrics"] = self.metrics.model_copy(update={"port": int(port)})
+            metrics["port"] = int(port)
+        if metrics:
+            update["metrics"] = self.metrics.model_copy(update=metrics)
         limits: dict[str, Any] = {}
         if entries := environ.get(CACHE_MAX_ENTRIES_ENV):
             limits["maxEntries"] = int(entries)
@@ -288,6 +328,9 @@ class SidecarConfig(_Model):
             current = self.cache.model_dump(by_alias=True)
             update["cache"] = CacheLimits.model_validate(current | limits)
         return self.model_copy(update=update) if update else self
+
+
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 class ConfigError(ValueError):
@@ -306,7 +349,9 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Sidecar
         raise ConfigError("the top level must be a mapping")
     try:
         config = SidecarConfig.model_validate(document)
-        return config.with_environment(os.environ if environ is None else environ)
+        config = config.with_environment(os.environ if environ is None else environ)
+        config.check_not_self()
+        return config
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
 

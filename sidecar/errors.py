@@ -13,6 +13,7 @@ UPSTREAM_TIMEOUT: Final = -32002
 UNKNOWN_SERVER: Final = -32003
 REQUEST_TOO_LARGE: Final = -32004
 FORBIDDEN: Final = -32005
+LOOP_DETECTED: Final = -32006
 
 
 def error_body(code: int, message: str, request_id: Any = None, data: Any = None) -> bytes:

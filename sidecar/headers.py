@@ -15,7 +15,6 @@ HOP_BY_HOP: Final = frozenset(
         "connection",
         "keep-alive",
         "proxy-authenticate",
-        "proxy-authorization",
         "proxy-connection",
         "te",
         "trailer",
@@ -25,8 +24,10 @@ HOP_BY_HOP: Final = frozenset(
 )
 NOT_FORWARDED: Final = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "origin"}
 """Request headers the upstream never receives from the client (the client library sets
-`Host` from the upstream URL and the body's length itself)."""
-NOT_RETURNED: Final = HOP_BY_HOP | {"content-length", "content-encoding"}
+`Host` from the upstream URL and the body's length itself). `Proxy-Authorization` is
+forwarded: the sidecar asks for no proxy credentials of its own, so one a client sends
+is meant for a proxy in front of the MCP server (and is part of the cache key)."""
+NOT_RETURNED: Final = HOP_BY_HOP | {"proxy-authorization", "content-length", "content-encoding"}
 EVENT_STREAM: Final = "text/event-stream"
 JSON: Final = "application/json"
 
@@ -49,13 +50,45 @@ def without(headers: Iterable[tuple[str, str]], dropped: frozenset[str]) -> list
     return [(k, v) for k, v in pairs if k not in dropped and k not in named]
 
 
-def forward_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+def forward_headers(headers: Iterable[tuple[str, str]], via: str) -> list[tuple[str, str]]:
     """Request headers for the upstream: all but hop-by-hop ones and those the client
-    library sets. `Host` comes from the upstream URL: an MCP server that guards against
-    DNS rebinding then sees its own name, not the sidecar's."""
+    library sets, plus this hop's `Via`. `Host` comes from the upstream URL: an MCP
+    server that guards against DNS rebinding then sees its own name, not the sidecar's."""
     kept = without(headers, NOT_FORWARDED)
     kept.append(("accept-encoding", "identity"))
+    kept.append(("via", via))
     return kept
+
+
+def repeated_or_hidden(pairs: Iterable[tuple[str, str]], names: Iterable[str]) -> str | None:
+    """Why headers the cache key depends on are ambiguous, or None.
+
+    A header sent twice may be read as either value upstream, and one a `Connection`
+    header names is dropped on the way up: either way the key and the upstream would see
+    different credentials.
+    """
+    pairs = list(pairs)
+    wanted = set(names)
+    named = connection_named(pairs) & wanted
+    if named:
+        return f"Connection must not name {', '.join(sorted(named))}: the cache key uses it"
+    seen: set[str] = set()
+    for name, _ in pairs:
+        if name in wanted:
+            if name in seen:
+                return f"{name} must be sent at most once"
+            seen.add(name)
+    return None
+
+
+def cache_directives(value: str) -> dict[str, str | None]:
+    """`Cache-Control` as directive → argument (None when it has none), names lowered."""
+    directives: dict[str, str | None] = {}
+    for part in value.split(","):
+        name, sep, argument = part.strip().partition("=")
+        if name:
+            directives[name.lower()] = argument.strip().strip('"') if sep else None
+    return directives
 
 
 def response_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -1,27 +1,30 @@
 """The cache key: what makes two calls the same call for the same caller.
 
 sha256 over canonical JSON (sorted keys, no insignificant whitespace) of the server
-name, the method, the params, the caller's app id and a hash of the end-user credential.
-Members of `params._meta` that differ on every call by design are dropped first; all
-other `_meta` members stay, because an upstream may vary its answer on them.
+name, the method, the params, the caller's app id and the request's identity: a hash of
+each identity header present, of the legacy session id, and the protocol version.
+Members of `params._meta` that differ on every call by design (the progress token and
+W3C trace context) are dropped first; all other `_meta` members stay — `baggage` among
+them, since it often carries tenant or user ids an upstream may answer by.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any, Final
 
 import orjson
 
-VOLATILE_META_KEYS: Final = frozenset({"progressToken", "traceparent", "tracestate", "baggage"})
+VOLATILE_META_KEYS: Final = frozenset({"progressToken", "traceparent", "tracestate"})
 """`_meta` members unique to each call: a progress token and W3C trace context."""
 
 
-def credential_identity(authorization: str | None) -> str:
-    """A stable, one-way identity for the end-user credential (never the raw token)."""
-    if not authorization:
+def secret_digest(value: str | None) -> str:
+    """A stable, one-way stand-in for a credential (never the raw value)."""
+    if not value:
         return ""
-    return hashlib.sha256(authorization.encode("utf-8", "surrogateescape")).hexdigest()
+    return hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _stable_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -49,10 +52,11 @@ def cache_key(
     method: str,
     params: dict[str, Any],
     app_id: str,
-    credential: str,
+    identity: Mapping[str, str],
     ignore_arguments: tuple[str, ...] = (),
 ) -> str:
-    """The hex sha256 key of one call; `credential` is `credential_identity(...)`.
+    """The hex sha256 key of one call; `identity` holds digests and non-secret values
+    only (see `policy.identity`).
 
     `ignore_arguments` (a tool rule's) leaves those top-level arguments out; the names
     themselves go into the key, so that entries made under different rules never meet."""
@@ -64,7 +68,7 @@ def cache_key(
         "method": method,
         "params": stable,
         "caller": app_id,
-        "user": credential,
+        "identity": identity,
     }
     if ignore_arguments:
         material["ignored"] = sorted(ignore_arguments)

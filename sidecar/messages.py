@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import decimal
+import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -44,11 +47,17 @@ KNOWN_METHODS: Final = frozenset(
 
 REQUEST_STATE_PARAMS: Final = ("inputResponses", "requestState")
 
-BypassReason = Literal["method", "disabled", "request_state", "tool_rule", "not_read_only"]
+BypassReason = Literal[
+    "method", "disabled", "request_state", "task", "inexact_number", "tool_rule", "not_read_only"
+]
 NotStoredReason = Literal[
     "error",
     "tool_error",
     "input_required",
+    "task",
+    "no_cache",
+    "vary",
+    "set_cookie",
     "server_request",
     "too_large",
     "no_store",
@@ -74,10 +83,11 @@ class Message:
     The fields the proxy consults are read out once, when the message is parsed.
     """
 
-    __slots__ = ("body", "id", "is_request", "method", "params")
+    __slots__ = ("body", "id", "is_request", "method", "params", "raw")
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    def __init__(self, body: dict[str, Any], raw: bytes = b"") -> None:
         self.body = body
+        self.raw = raw
         method = body.get("method")
         self.method: str | None = method if isinstance(method, str) else None
         self.id: Any = body.get("id")
@@ -104,7 +114,7 @@ def parse_message(raw: bytes) -> Message:
         raise MalformedMessage(INVALID_REQUEST, "request body must be a JSON-RPC object")
     if body.get("jsonrpc") != "2.0":
         raise MalformedMessage(INVALID_REQUEST, 'request body must have "jsonrpc": "2.0"')
-    message = Message(body)
+    message = Message(body, raw)
     method = body.get("method")
     if "method" in body and not isinstance(method, str):
         raise MalformedMessage(INVALID_REQUEST, '"method" must be a string')
@@ -180,8 +190,13 @@ def judge_response(response: Mapping[str, Any]) -> Verdict:
         return Verdict("error")
     if result.get("isError") is True:
         return Verdict("tool_error")
-    if result.get("resultType") == "input_required":
+    result_type = result.get("resultType")
+    if result_type == "input_required":
         return Verdict("input_required")
+    if result_type == "task" or "task" in result:
+        return Verdict("task")  # a handle to work still running: a repeat must run it
+    if result_type not in (None, "complete"):
+        return Verdict("incomplete")
     ttl_cap: float | None = None
     ttl_ms = result.get("ttlMs")
     if isinstance(ttl_ms, int | float) and not isinstance(ttl_ms, bool):
@@ -189,6 +204,43 @@ def judge_response(response: Mapping[str, Any]) -> Verdict:
             return Verdict("ttl_zero")
         ttl_cap = ttl_ms / 1000
     return Verdict(None, orjson.dumps(result), ttl_cap)
+
+
+_LONG_NUMBER: Final = re.compile(rb"\d[\d.]{15,}")
+"""Sixteen or more digits (a dot allowed among them): a number a double may not hold."""
+_INT64_MIN, _UINT64_END = -(1 << 63), 1 << 64
+
+
+def has_inexact_number(raw: bytes) -> bool:
+    """Whether the body holds a number the parsed message does not keep exactly.
+
+    Parsed numbers are doubles and 64-bit integers: `0.10000000000000000555` reads as
+    `0.1` and `18446744073709551617` as a double, so two different requests would look
+    the same. Such requests are never looked up. The exact re-read with `Decimal` only
+    runs when a long run of digits is present at all.
+    """
+    if _LONG_NUMBER.search(raw) is None:
+        return False
+    inexact = False
+
+    def exact_float(text: str) -> float:
+        nonlocal inexact
+        value = decimal.Decimal(text)
+        if not value.is_finite() or decimal.Decimal(repr(float(value))) != value:
+            inexact = True
+        return 0.0
+
+    def exact_int(text: str) -> int:
+        nonlocal inexact
+        if not _INT64_MIN <= int(text) < _UINT64_END:
+            inexact = True
+        return 0
+
+    try:
+        json.loads(raw, parse_float=exact_float, parse_int=exact_int)
+    except ValueError:
+        return True
+    return inexact
 
 
 def is_server_request(message: Mapping[str, Any]) -> bool:

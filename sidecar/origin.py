@@ -3,7 +3,7 @@
 The MCP transport asks local servers to validate `Origin` and to bind to loopback: a web
 page the agent's user opens must not be able to reach the sidecar through a hostile DNS
 name. Requests must name a loopback host (or one the config allows), and a browser's
-`Origin`, when present, must be a loopback origin too.
+`Origin`, when present, must be a loopback origin too (`null` is not one).
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ class OriginPolicy:
     def _refusal(self, host: str | None, origin: str | None) -> str | None:
         if host is not None and _hostname(host.lower()) not in self.allowed:
             return f"Host {host!r} is not allowed: the sidecar serves loopback callers"
-        if origin is not None and origin != "null":
+        if origin is not None:
+            # `null` is what a sandboxed frame or a file: page sends: not a loopback page.
             name = urlsplit(origin.lower()).hostname
             if name is None or name not in self.allowed:
                 return f"Origin {origin!r} is not allowed"

@@ -7,13 +7,14 @@ sidecar has learned of the server's tools. The proxy asks; nothing else decides.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from .config import Server, ToolRule
+from .headers import cache_directives, repeated_or_hidden
 from .hints import ToolHints
-from .key import cache_key, credential_identity
+from .key import cache_key, secret_digest
 from .messages import (
     CACHEABLE_METHODS,
     REQUEST_STATE_PARAMS,
@@ -21,6 +22,7 @@ from .messages import (
     Message,
     NotStoredReason,
     Verdict,
+    has_inexact_number,
 )
 from .store import Scope
 
@@ -28,6 +30,8 @@ BYPASS_FWD: Final[dict[BypassReason, str]] = {
     "method": "method",  # the cache does not handle this method
     "disabled": "bypass",  # the server's cache is off
     "request_state": "request",  # the request itself rules the cache out
+    "task": "request",  # the caller asked for a task: the work must run
+    "inexact_number": "request",  # a number the key could not tell apart from another
     "tool_rule": "bypass",  # the tool's rule turns caching off (or the tool writes)
     "not_read_only": "bypass",  # onlyReadOnlyTools, and the tool is not known read-only
 }
@@ -43,6 +47,16 @@ FAILED_CALL: Final[frozenset[NotStoredReason | None]] = frozenset(
     {"error", "tool_error", "input_required"}
 )
 """Answers to a write that show it did not happen; any other end may have written."""
+
+SESSION_HEADER: Final = "mcp-session-id"
+PROTOCOL_HEADER: Final = "mcp-protocol-version"
+_KEYED_BY_BODY: Final = frozenset({"mcp-method", "mcp-name", "accept", "accept-encoding"})
+"""Headers a `Vary` may name without making an answer unstorable: the routing headers
+must equal the body (checked before lookup), and every answer has one media type."""
+
+
+class RequestRefused(ValueError):
+    """The request is ambiguous about who is asking; it is answered with 400."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,13 +82,15 @@ class Bypass:
 
 class Lookup(NamedTuple):
     """The request is looked up under `key`; on a miss its answer may be stored for
-    `ttl` seconds, indexed under its `scope`. (A tuple: made on every hit, so cheap.)"""
+    `ttl` seconds, indexed under its `scope`. `session` is the digest of the legacy
+    session it belongs to ("" for none). (A tuple: made on every hit, so cheap.)"""
 
     key: str
     ttl: float
     server: str
     tool: str | None = None
     uri: str | None = None
+    session: str = ""
 
     @property
     def scope(self) -> Scope:
@@ -85,10 +101,15 @@ def bypass_reason(server: Server, message: Message) -> BypassReason | None:
     """Why this request is never answered from the cache, or None if it may be."""
     if message.method not in CACHEABLE_METHODS or not message.is_request:
         return "method"
-    if any(name in message.params for name in REQUEST_STATE_PARAMS):
+    params = message.params
+    if any(name in params for name in REQUEST_STATE_PARAMS):
         return "request_state"
+    if "task" in params:
+        return "task"
     if not server.cache.enabled:
         return "disabled"
+    if has_inexact_number(message.raw):
+        return "inexact_number"
     return None
 
 
@@ -114,14 +135,38 @@ def tool_bypass(
     return None
 
 
+def keyed_headers(server: Server) -> tuple[str, ...]:
+    """Every request header the key depends on."""
+    return (*server.cache.identity_headers, SESSION_HEADER, PROTOCOL_HEADER)
+
+
+def identity(server: Server, headers: Mapping[str, str]) -> dict[str, str]:
+    """Who is asking, as key material: a digest of each identity header and of the
+    session id (both are credentials), and the protocol version as it is."""
+    material = {
+        f"header:{name}": secret_digest(headers[name])
+        for name in server.cache.identity_headers
+        if name in headers
+    }
+    if SESSION_HEADER in headers:
+        material["session"] = secret_digest(headers[SESSION_HEADER])
+    if PROTOCOL_HEADER in headers:
+        material["protocol"] = headers[PROTOCOL_HEADER]
+    return material
+
+
 def plan(
     server: Server,
     message: Message,
     headers: Mapping[str, str],
+    raw_headers: Sequence[tuple[str, str]],
     app_id: str,
     hints: ToolHints | None = None,
 ) -> Bypass | Lookup:
-    """Look this request up, and under which key, or forward it untouched."""
+    """Look this request up, and under which key, or forward it untouched.
+
+    Raises `RequestRefused` when the headers the key depends on are ambiguous.
+    """
     cache = server.cache
     reason = bypass_reason(server, message)
     rule = tool_rule(server, message) if cache.tools else None
@@ -133,39 +178,72 @@ def plan(
     if reason is not None:
         learn = message.method == "tools/list" and cache.only_read_only_tools
         return Bypass(reason, rule.invalidates if rule is not None else (), learn)
-    assert message.method is not None
     ttl = rule.ttl if rule is not None and rule.ttl is not None else cache.ttl
     if ttl <= 0:
         return Bypass("tool_rule" if rule is not None else "disabled")
-    key = cache_key(
-        server.name,
-        message.method,
-        message.params,
-        app_id,
-        credential_identity(headers.get("authorization")),
-        rule.ignore_arguments if rule is not None else (),
-    )
+    if (problem := repeated_or_hidden(raw_headers, keyed_headers(server))) is not None:
+        raise RequestRefused(problem)
+    assert message.method is not None
+    who = identity(server, headers)
+    ignored = rule.ignore_arguments if rule is not None else ()
+    key = cache_key(server.name, message.method, message.params, app_id, who, ignored)
+    session = who.get("session", "")
     if tool is not None:
-        return Lookup(key, ttl, server.name, tool)
-    return Lookup(key, ttl, server.name, uri=message.params["uri"])
+        return Lookup(key, ttl, server.name, tool, session=session)
+    return Lookup(key, ttl, server.name, uri=message.params["uri"], session=session)
 
 
-def response_refusal(status: int, headers: Mapping[str, str]) -> NotStoredReason | None:
-    """Why the upstream's answer may not be stored whatever its body says, or None."""
+def response_refusal(
+    server: Server, status: int, headers: Mapping[str, str], event_stream: bool
+) -> NotStoredReason | None:
+    """Why the upstream's answer may not be stored whatever its body says, or None.
+
+    The rules of RFC 9111 for a shared cache, read from the answer's headers, with one
+    reading of our own: `no-cache` on an event stream is the convention every SSE server
+    follows so that intermediaries pass the stream on unbuffered (the SDK's servers send
+    it on every stream), not a statement about the JSON-RPC result inside it; on a JSON
+    answer it means what it says. `no-store`, `private` and a zero lifetime count on both.
+    """
     if status != 200:
         return "upstream_status"
-    directives = headers.get("cache-control", "").lower()
+    directives = cache_directives(headers.get("cache-control", ""))
     if "no-store" in directives or "private" in directives:
         return "no_store"
+    if ("no-cache" in directives and not event_stream) or _max_age(directives) == 0:
+        return "no_cache"
+    if "vary" in headers and not _varies_within_key(server, headers["vary"]):
+        return "vary"
+    if "set-cookie" in headers and not server.cache.ignore_set_cookie:
+        return "set_cookie"
     return None
 
 
-def storage_ttl(lookup: Lookup, verdict: Verdict) -> float:
+def _max_age(directives: Mapping[str, str | None]) -> float | None:
+    """The freshness lifetime the upstream gives a shared cache (`s-maxage` first)."""
+    for name in ("s-maxage", "max-age"):
+        argument = directives.get(name)
+        if argument is not None:
+            try:
+                return max(0.0, float(int(argument)))
+            except ValueError:
+                return 0.0  # an unreadable lifetime is treated as stale at once
+    return None
+
+
+def _varies_within_key(server: Server, vary: str) -> bool:
+    names = {name.strip().lower() for name in vary.split(",") if name.strip()}
+    return "*" not in names and names <= {*keyed_headers(server), *_KEYED_BY_BODY}
+
+
+def storage_ttl(lookup: Lookup, verdict: Verdict, headers: Mapping[str, str]) -> float:
     """How long a storable answer is kept: the rule's or server's TTL, shortened by the
-    result's own freshness hint."""
+    result's own freshness hint and by the upstream's `max-age`/`s-maxage`."""
     ttl = lookup.ttl
     if verdict.ttl_cap is not None:
         ttl = min(ttl, verdict.ttl_cap)
+    max_age = _max_age(cache_directives(headers.get("cache-control", "")))
+    if max_age is not None:
+        ttl = min(ttl, max_age)
     return ttl
 
 

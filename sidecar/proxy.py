@@ -8,6 +8,7 @@ decisions live in `policy`; the reading in `incoming`; the relaying in `relay`.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable
 
@@ -19,6 +20,7 @@ from .capture import ResponseCapture
 from .config import Server, SidecarConfig
 from .errors import (
     FORBIDDEN,
+    LOOP_DETECTED,
     REQUEST_TOO_LARGE,
     UNKNOWN_SERVER,
     UPSTREAM_TIMEOUT,
@@ -29,7 +31,8 @@ from .headers import forward_headers, response_headers
 from .hit import HitResponse
 from .incoming import Incoming
 from .invalidation import Invalidator
-from .messages import Message, Verdict, method_label
+from .key import secret_digest
+from .messages import INVALID_REQUEST, Message, Verdict, method_label
 from .metrics import Metrics
 from .notices import Notice
 from .origin import OriginPolicy
@@ -69,6 +72,9 @@ class Proxy:
         self.origin_policy = origin_policy
         self.invalidator = invalidator
         self.hints = invalidator.hints
+        self.via_token = f"mcpcache-{secrets.token_hex(8)}"
+        """This sidecar's name in `Via`: a request that already carries it has looped."""
+        self.via = f"1.1 {self.via_token}"
 
     async def handle(self, incoming: Incoming, server_name: str) -> ASGIApp:
         try:
@@ -83,7 +89,12 @@ class Proxy:
             return await self._pass_through(incoming, server, None, None, policy.Bypass("method"))
         raw = await incoming.read_body(config.max_request_bytes)
         message = incoming.message(raw)
-        plan = policy.plan(server, message, incoming.headers, config.app_id, self.hints)
+        try:
+            plan = policy.plan(
+                server, message, incoming.headers, incoming.raw_headers, config.app_id, self.hints
+            )
+        except policy.RequestRefused as exc:
+            raise ProxyError(400, INVALID_REQUEST, str(exc), message.id) from exc
         method = method_label(message.method)
         if isinstance(plan, policy.Bypass):
             if message.is_request:
@@ -100,6 +111,10 @@ class Proxy:
         """The listener's guards, then the named server."""
         if (problem := self.origin_policy.refusal(incoming.headers)) is not None:
             raise ProxyError(403, FORBIDDEN, problem)
+        if self.via_token in incoming.headers.get("via", ""):
+            raise ProxyError(
+                508, LOOP_DETECTED, "request already passed through this sidecar (a loop)"
+            )
         if incoming.header_bytes > config.max_header_bytes:
             raise ProxyError(
                 431,
@@ -129,6 +144,7 @@ class Proxy:
         to act on it: a write invalidates, a `tools/list` teaches read-only hints."""
         status = cache_status.forwarded(plan.fwd, plan.detail)
         call, response = await self._open(incoming, server, message, raw)
+        self._forget_ended_session(incoming, response)
         capture = None
         on_final = None
         if message is not None and message.is_request:
@@ -189,12 +205,15 @@ class Proxy:
         server: Server,
         message: Message,
         raw: bytes,
-        plan: policy.Lookup,
+        lookup: policy.Lookup,
     ) -> Response:
         """Forward a cacheable request, relay its answer and store it if the policy allows."""
         epoch = self.invalidator.epoch(server.name)
         call, response = await self._open(incoming, server, message, raw)
-        refused = policy.response_refusal(response.status, response.header_map)
+        self._forget_ended_session(incoming, response)
+        refused = policy.response_refusal(
+            server, response.status, response.header_map, response.event_stream
+        )
         capture = ResponseCapture(
             message.id, response.event_stream, server.cache.effective_max_size, refused
         )
@@ -202,7 +221,8 @@ class Proxy:
         def store(verdict: Verdict, event_stream: bool) -> Verdict:
             if verdict.reason is None and self.invalidator.epoch(server.name) != epoch:
                 verdict = Verdict("invalidated")  # fetched before entries were dropped
-            return self._store(server, plan, verdict, event_stream)
+            ttl = policy.storage_ttl(lookup, verdict, response.header_map)
+            return self._store(server, lookup, verdict, event_stream, ttl)
 
         relay = Relay(response, call, self.metrics, capture, store, self._on_notice(server))
         headers = response_headers(response.headers)
@@ -235,7 +255,7 @@ class Proxy:
             response = await self.client.open(
                 incoming.method,
                 server.url,
-                forward_headers(incoming.raw_headers),
+                forward_headers(incoming.raw_headers, self.via),
                 raw,
                 server.timeout,
                 # A GET is the server's long-lived event stream: no idle limit on it.
@@ -272,13 +292,34 @@ class Proxy:
             },
         )
 
+    def _forget_ended_session(self, incoming: Incoming, response: UpstreamResponse) -> None:
+        """A legacy session the upstream ended (DELETE) or no longer knows (404) takes
+        its entries with it: nobody may be answered inside it any more."""
+        session = incoming.headers.get(policy.SESSION_HEADER)
+        if session is None:
+            return
+        ended = incoming.method == "DELETE" and 200 <= response.status < 300
+        if ended or response.status == 404:
+            self.cache.purge_session(secret_digest(session))
+
     def _store(
-        self, server: Server, plan: policy.Lookup, verdict: Verdict, event_stream: bool
+        self,
+        server: Server,
+        lookup: policy.Lookup,
+        verdict: Verdict,
+        event_stream: bool,
+        ttl: float,
     ) -> Verdict:
         """Store a storable answer; count why not otherwise."""
         if verdict.reason is None:
-            ttl = policy.storage_ttl(plan, verdict)
-            stored = self.cache.store(plan.key, verdict.result, event_stream, ttl, plan.scope)
+            stored = self.cache.store(
+                lookup.key,
+                verdict.result,
+                event_stream,
+                ttl,
+                session=lookup.session,
+                scope=lookup.scope,
+            )
             if stored is None:
                 verdict = Verdict("over_budget")
         if verdict.reason is not None:

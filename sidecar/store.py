@@ -42,6 +42,8 @@ class Entry:
     """Whether the upstream answered as `text/event-stream` (a hit answers the same way)."""
     stored_at: float
     expires_at: float
+    session: str = ""
+    """Digest of the legacy session the answer was given in ("" for none)."""
     seq: int = field(default=0, compare=False)
     scope: Scope | None = None
 
@@ -100,13 +102,14 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         result: bytes,
         event_stream: bool,
         ttl: float,
+        session: str = "",
         scope: Scope | None = None,
     ) -> Entry | None:
         """Store a result for `ttl` seconds; None when it can never fit the budget."""
         if ttl <= 0 or len(result) > self.maxsize:
             return None
         now = self.timer()
-        self[key] = Entry(result, event_stream, now, now + ttl, scope=scope)
+        self[key] = Entry(result, event_stream, now, now + ttl, session, scope=scope)
         return self.get(key)
 
     def __setitem__(self, key: str, entry: Entry) -> None:
@@ -196,6 +199,11 @@ class ResponseCache(cachetools.Cache[str, Entry]):
             self._remove(key, reason)
             return key, entry
         raise KeyError("cache is empty")
+
+    def purge_session(self, session: str) -> int:
+        """Remove every entry given inside `session` (a scan: sessions end rarely, and
+        the hit path keeps no index for them)."""
+        return self.purge([key for key, entry in self.items() if entry.session == session])
 
     def expire(self) -> int:
         """Drop every expired entry; returns how many were dropped."""

@@ -35,7 +35,7 @@ def test_every_field_but_servers_has_a_default() -> None:
     config = parse_config(MINIMAL, environ={})
     assert config.app_id == "default"
     assert (config.listen.host, config.listen.port) == ("127.0.0.1", 3500)
-    assert (config.metrics.host, config.metrics.port) == ("0.0.0.0", 9090)
+    assert (config.metrics.host, config.metrics.port) == ("127.0.0.1", 9090)
     assert (config.cache.max_entries, config.cache.max_bytes) == (1024, 64 << 20)
     server = config.servers[0]
     assert (server.cache.enabled, server.cache.ttl, server.cache.max_size) == (False, 30, 65536)

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcpcache.sidecar.key import cache_key, credential_identity
+from mcpcache.sidecar.key import cache_key, secret_digest
 
 
 def key(params: dict[str, Any], app: str = "agent", auth: str | None = None) -> str:
-    return cache_key("docs", "tools/call", params, app, credential_identity(auth))
+    identity = {"authorization": secret_digest(auth)} if auth else {}
+    return cache_key("docs", "tools/call", params, app, identity)
 
 
 def test_argument_order_and_whitespace_do_not_matter() -> None:
@@ -25,7 +26,6 @@ def test_progress_token_and_trace_context_are_left_out() -> None:
             "progressToken": 42,
             "traceparent": "00-abc-def-01",
             "tracestate": "k=v",
-            "baggage": "a=b",
         },
     }
     assert key(base) == key(noisy)
@@ -49,15 +49,22 @@ def test_callers_and_end_users_never_share_a_key() -> None:
 
 def test_server_and_method_are_in_the_key() -> None:
     params = {"name": "t"}
-    assert cache_key("a", "tools/call", params, "x", "") != cache_key(
-        "b", "tools/call", params, "x", ""
+    assert cache_key("a", "tools/call", params, "x", {}) != cache_key(
+        "b", "tools/call", params, "x", {}
     )
-    assert cache_key("a", "tools/call", params, "x", "") != cache_key(
-        "a", "resources/read", params, "x", ""
+    assert cache_key("a", "tools/call", params, "x", {}) != cache_key(
+        "a", "resources/read", params, "x", {}
+    )
+
+
+def test_baggage_stays_in_the_key() -> None:
+    # W3C baggage often carries tenant or user ids an upstream answers by.
+    assert key({"name": "t", "_meta": {"baggage": "tenant=a"}}) != key(
+        {"name": "t", "_meta": {"baggage": "tenant=b"}}
     )
 
 
 def test_the_credential_identity_is_a_hash_not_the_token() -> None:
-    identity = credential_identity("Bearer secret-token")
+    identity = secret_digest("Bearer secret-token")
     assert "secret" not in identity
     assert len(identity) == 64

@@ -22,10 +22,20 @@ def request(method: str = "tools/call", **params: Any) -> Message:
     return Message({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 
 
+def plan(
+    server: Server,
+    message: Message,
+    headers: dict[str, str],
+    app: str = "agent",
+    hints: ToolHints | None = None,
+) -> Any:
+    return policy.plan(server, message, headers, list(headers.items()), app, hints)
+
+
 def test_a_cacheable_call_is_looked_up_under_a_key() -> None:
-    plan = policy.plan(server(), request(name="search", arguments={"q": "x"}), {}, "agent")
-    assert isinstance(plan, policy.Lookup)
-    assert len(plan.key) == 64
+    plan_ = plan(server(), request(name="search", arguments={"q": "x"}), {})
+    assert isinstance(plan_, policy.Lookup)
+    assert len(plan_.key) == 64
 
 
 @pytest.mark.parametrize(
@@ -43,21 +53,19 @@ def test_a_cacheable_call_is_looked_up_under_a_key() -> None:
     ],
 )
 def test_requests_the_cache_never_answers(message: Message, reason: str, fwd: str) -> None:
-    plan = policy.plan(server(), message, {}, "agent")
-    assert plan == policy.Bypass(reason)  # type: ignore[arg-type]
-    assert isinstance(plan, policy.Bypass)
-    assert plan.fwd == fwd
+    decided = plan(server(), message, {})
+    assert decided == policy.Bypass(reason)
+    assert decided.fwd == fwd
 
 
 def test_a_server_with_caching_off_is_bypassed() -> None:
-    plan = policy.plan(server(enabled=False), request(name="t"), {}, "agent")
-    assert plan == policy.Bypass("disabled")
+    assert plan(server(enabled=False), request(name="t"), {}) == policy.Bypass("disabled")
 
 
 def test_the_key_depends_on_the_caller_and_the_credential() -> None:
     message = request(name="t", arguments={})
     keys = {
-        policy.plan(server(), message, headers, app)
+        plan(server(), message, headers, app)
         for app in ("a", "b")
         for headers in ({}, {"authorization": "Bearer 1"}, {"authorization": "Bearer 2"})
     }
@@ -76,18 +84,19 @@ def test_the_key_depends_on_the_caller_and_the_credential() -> None:
     ],
 )
 def test_response_refusal(status: int, headers: dict[str, str], reason: str | None) -> None:
-    assert policy.response_refusal(status, headers) == reason
+    assert policy.response_refusal(server(), status, headers, event_stream=False) == reason
 
 
 def lookup(cached: Server, **params: Any) -> policy.Lookup:
-    plan = policy.plan(cached, request(**params), {}, "agent")
-    assert isinstance(plan, policy.Lookup)
-    return plan
+    found = plan(cached, request(**params), {})
+    assert isinstance(found, policy.Lookup)
+    return found
 
 
 def test_storage_ttl_is_the_shorter_of_the_server_ttl_and_the_result_hint() -> None:
     def ttl(cached: Server, cap: float | None = None) -> float:
-        return policy.storage_ttl(lookup(cached, name="t"), Verdict(None, b"{}", ttl_cap=cap))
+        verdict = Verdict(None, b"{}", ttl_cap=cap)
+        return policy.storage_ttl(lookup(cached, name="t"), verdict, {})
 
     assert ttl(server(ttl="60s")) == 60
     assert ttl(server(ttl="60s"), cap=5) == 5
@@ -107,14 +116,13 @@ def test_the_first_matching_rule_applies_else_the_server_defaults() -> None:
     assert lookup(ruled, name="search_docs").ttl == 300
     assert lookup(ruled, name="search_old").ttl == 300
     assert lookup(ruled, name="other").ttl == 60
-    assert policy.plan(ruled, request(name="audit"), {}, "a") == policy.Bypass("tool_rule")
+    assert plan(ruled, request(name="audit"), {}) == policy.Bypass("tool_rule")
 
 
 def test_a_tool_that_invalidates_is_never_cached_and_carries_its_globs() -> None:
-    plan = policy.plan(server(tools=RULES), request(name="create_doc"), {}, "a")
-    assert plan == policy.Bypass("tool_rule", ("search_*",))
-    assert isinstance(plan, policy.Bypass)
-    assert (plan.fwd, plan.detail) == ("bypass", "tool-rule")
+    write = plan(server(tools=RULES), request(name="create_doc"), {})
+    assert write == policy.Bypass("tool_rule", ("search_*",))
+    assert (write.fwd, write.detail) == ("bypass", "tool-rule")
 
 
 def test_ignored_arguments_leave_the_key_and_nothing_else_does() -> None:
@@ -123,15 +131,15 @@ def test_ignored_arguments_leave_the_key_and_nothing_else_does() -> None:
     def key(app: str = "a", auth: str = "", **arguments: Any) -> str:
         headers = {"authorization": auth} if auth else {}
         message = request(name="search_docs", arguments=arguments)
-        plan = policy.plan(ruled, message, headers, app)
-        assert isinstance(plan, policy.Lookup)
-        return plan.key
+        found = plan(ruled, message, headers, app)
+        assert isinstance(found, policy.Lookup)
+        return str(found.key)
 
     assert key(q="x", requestId=1) == key(q="x", requestId=2) == key(q="x")
     assert key(q="x") != key(q="y")
     assert key(q="x") != key(app="b", q="x")
     assert key(q="x") != key(auth="Bearer one", q="x") != key(auth="Bearer two", q="x")
-    unruled = policy.plan(server(), request(name="search_docs", arguments={"q": "x"}), {}, "a")
+    unruled = plan(server(), request(name="search_docs", arguments={"q": "x"}), {}, "a")
     assert isinstance(unruled, policy.Lookup)
     assert unruled.key != key(q="x"), "entries made under other rules never meet"
 
@@ -140,10 +148,10 @@ def test_only_read_only_tools_caches_what_a_listing_called_read_only() -> None:
     hints = ToolHints()
     ruled = server(onlyReadOnlyTools=True, tools=RULES)
 
-    def plan(name: str) -> policy.Bypass | policy.Lookup:
-        return policy.plan(ruled, request(name=name), {}, "a", hints)
+    def decide(name: str) -> policy.Bypass | policy.Lookup:
+        return plan(ruled, request(name=name), {}, hints=hints)
 
-    assert plan("get") == policy.Bypass("not_read_only")
+    assert decide("get") == policy.Bypass("not_read_only")
     hints.learn(
         "docs",
         {
@@ -154,11 +162,11 @@ def test_only_read_only_tools_caches_what_a_listing_called_read_only() -> None:
             ]
         },
     )
-    assert isinstance(plan("get"), policy.Lookup)
-    assert plan("put") == policy.Bypass("not_read_only")
-    assert plan("other") == policy.Bypass("not_read_only")
-    assert isinstance(plan("lookup"), policy.Lookup), "enabled: true overrides"
+    assert isinstance(decide("get"), policy.Lookup)
+    assert decide("put") == policy.Bypass("not_read_only")
+    assert decide("other") == policy.Bypass("not_read_only")
+    assert isinstance(decide("lookup"), policy.Lookup), "enabled: true overrides"
     hints.learn("docs", {"tools": [{"name": "get"}]})
-    assert plan("get") == policy.Bypass("not_read_only"), "one listing saying no is enough"
-    listing = policy.plan(ruled, request("tools/list"), {}, "a", hints)
+    assert decide("get") == policy.Bypass("not_read_only"), "one listing saying no is enough"
+    listing = plan(ruled, request("tools/list"), {}, hints=hints)
     assert listing == policy.Bypass("method", learn_tools=True)

@@ -31,7 +31,7 @@ class CacheMachine(RuleBasedStateMachine):
     def store(self, key: str, size: int, ttl: float, scope: Scope) -> None:
         before = {k: e for k, e in self.cache.items()}
         value = bytes([len(self.last) % 256]) * size
-        stored = self.cache.store(key, value, False, ttl, scope)
+        stored = self.cache.store(key, value, False, ttl, scope=scope)
         if stored is None:
             assert ttl <= 0 or size > 1000
             return

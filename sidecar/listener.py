@@ -1,0 +1,87 @@
+"""The uvicorn settings both listeners share, and the one thing uvicorn lacks: a limit
+on how long a connection may take to send its request headers.
+
+Without it, a thousand connections that open and never finish their headers stay open
+for good (uvicorn times out only idle keep-alive connections, after a response).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final, Literal
+
+import uvicorn
+from starlette.types import ASGIApp
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+HEADER_TIMEOUT: Final = 10.0
+"""Seconds a connection has to send a request's headers, from connect or from the end
+of the previous response."""
+MAX_CONNECTIONS: Final = 1000
+"""Connections (or requests in flight) a listener takes before answering 503."""
+
+
+class _HeaderTimedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, closing connections that are slow to send headers."""
+
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._header_timer is None:
+            self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._header_timer = self.loop.call_later(HEADER_TIMEOUT, self._expire)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _expire(self) -> None:
+        self._header_timer = None
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.close()
+
+
+def uvicorn_config(
+    app: ASGIApp, host: str, port: int, lifespan: Literal["auto", "on", "off"] = "off"
+) -> uvicorn.Config:
+    """The server settings of both listeners (benchmarks serve their baselines with these).
+
+    No access log (hits must not log), no proxy-header rewriting (the listener faces
+    loopback callers, not a proxy), no Server/Date headers, a connection limit and the
+    header timeout above.
+    """
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=_HeaderTimedProtocol,
+        log_config=None,
+        access_log=False,
+        proxy_headers=False,
+        lifespan=lifespan,
+        server_header=False,
+        date_header=False,
+        limit_concurrency=MAX_CONNECTIONS,
+    )

@@ -13,7 +13,8 @@ from prometheus_client import start_http_server
 
 from mcpcache.sidecar.logs import configure_logging
 
-from .handlers import build_registry
+from .configmap import NAME_SELECTOR
+from .handlers import INJECT_HANDLER_ID, build_registry
 from .metrics import OperatorMetrics
 from .reconcile import NamespaceReconciler
 from .settings import OperatorSettings
@@ -31,8 +32,32 @@ def _api_client() -> client.ApiClient:
         return api
 
 
+class _ExpectedRefusals(logging.Filter):
+    """kopf logs a refused admission as an error ("failed permanently"); a pod that
+    cannot take the sidecar is an expected outcome, which the handler logs itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"'{INJECT_HANDLER_ID}' failed permanently" not in record.getMessage()
+
+
+def quiet_logs() -> None:
+    # Every health probe and admission would write an access-log line at INFO.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("kopf.objects").addFilter(_ExpectedRefusals())
+
+
 def configure_kopf(settings: OperatorSettings, kopf_settings: kopf.OperatorSettings) -> None:
-    kopf_settings.posting.enabled = False  # the operator posts its own, meaningful events
+    # Events go through kopf's own posting (kopf.warn); log lines never become events.
+    kopf_settings.posting.enabled = True
+    kopf_settings.posting.loggers = False
+    kopf_settings.posting.reporting_component = "mcpcache-operator"
+    kopf_settings.posting.event_name_prefix = "mcpcache-"
+    # The one ConfigMap name per namespace: listed and watched by name, which is all the
+    # RBAC the operator holds on ConfigMaps.
+    kopf_settings.watching.field_selectors["v1", "configmaps"] = NAME_SELECTOR
+    # Watching given namespaces, the operator holds Roles there and no cluster-wide right:
+    # it neither lists namespaces nor follows the CRD (a new CRD version needs a restart).
+    kopf_settings.scanning.disabled = bool(settings.namespaces)
     kopf_settings.watching.reconnect_backoff = 1.0
     kopf_settings.watching.server_timeout = 300
     kopf_settings.networking.error_backoffs = [1, 2, 5, 10]
@@ -75,6 +100,7 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(list(argv))
     configure_logging(args.log_level)
+    quiet_logs()
     settings = OperatorSettings.from_environment()
     logger.info(
         "operator starting",

@@ -7,10 +7,12 @@ from typing import Any
 
 import kopf
 
-from .configmap import CONFIGMAP_NAME, MANAGED_BY
-from .injection import INJECT_ANNOTATION, InjectionRefused, plan_injection, wants_sidecar
+from mcpcache.sidecar.config import RESOURCE_GROUP, RESOURCE_PLURAL, RESOURCE_VERSION
+
+from .configmap import CONFIGMAP_NAME
+from .injection import INJECT_LABEL, InjectionRefused, plan_injection, wants_sidecar
 from .metrics import OperatorMetrics
-from .reconcile import GROUP, PLURAL, VERSION, NamespaceReconciler
+from .reconcile import NamespaceReconciler
 from .settings import OperatorSettings
 
 INJECT_HANDLER_ID = "inject-sidecar"
@@ -27,14 +29,15 @@ def build_registry(
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         return kopf.login_via_client(**kwargs)
 
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    @kopf.on.event(RESOURCE_GROUP, RESOURCE_VERSION, RESOURCE_PLURAL, registry=registry)
     async def mcpserver_event(namespace: str | None, **_: Any) -> None:
         if namespace:
             reconciler.request(namespace)
 
-    @kopf.on.event("v1", "configmaps", labels=MANAGED_BY, registry=registry)
+    # Watched with a field selector on the name (see cli.configure_kopf), so the rights
+    # on this one name are enough. A hand edit (or deletion) is put back.
+    @kopf.on.event("v1", "configmaps", registry=registry)
     async def configmap_event(namespace: str | None, name: str | None, **_: Any) -> None:
-        # A hand edit (or deletion) of the managed ConfigMap is put back.
         if namespace and name == CONFIGMAP_NAME:
             reconciler.request(namespace)
 
@@ -54,14 +57,23 @@ def build_registry(
             plan = plan_injection(pod, settings)
         except InjectionRefused as exc:
             metrics.admissions.labels("refused").inc()
+            metadata = pod.get("metadata") or {}
+            logger.info(
+                "pod refused: it cannot take the sidecar",
+                extra={
+                    "namespace": metadata.get("namespace"),
+                    "pod": metadata.get("name") or metadata.get("generateName"),
+                    "reason": str(exc),
+                },
+            )
             raise kopf.AdmissionError(
-                f"{INJECT_ANNOTATION}: cannot inject the mcpcache sidecar: {exc}", code=400
+                f"{INJECT_LABEL}: cannot inject the mcpcache sidecar: {exc}", code=400
             ) from exc
         if plan is None:
             metrics.admissions.labels("already_injected").inc()
             return
         for field, value in plan.items():
             patch.spec[field] = value
-        metrics.admissions.labels("injected").inc()
+        metrics.admissions.labels("dry_run" if dryrun else "injected").inc()
 
     return registry

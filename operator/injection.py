@@ -2,9 +2,14 @@
 
 The sidecar is a native sidecar (an init container with `restartPolicy: Always`), so it
 starts before the app containers, stays up beside them, and does not keep a Job's pod
-alive. Its configuration is the namespace's ConfigMap, mounted read-only and optional:
+alive. Its servers come from the namespace's ConfigMap, mounted read-only and optional:
 pods may start before any MCPServer exists, and the sidecar picks the file up when the
-operator writes it.
+operator writes it. Everything else it is told by its arguments and environment, which
+only the pod's author and the operator set.
+
+The container never needs the Kubernetes API, so an empty read-only volume is mounted
+over the service-account token's path: whatever mounts the token into the pod's
+containers, this one does not see it. It meets the restricted Pod Security Standard.
 """
 
 from __future__ import annotations
@@ -14,15 +19,25 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from mcpcache.sidecar.config import METRICS_HOST_ENV
+from mcpcache.sidecar.config import (
+    APP_ID_ENV,
+    CACHE_MAX_BYTES_ENV,
+    CACHE_MAX_ENTRIES_ENV,
+    METRICS_HOST_ENV,
+)
 
 from .configmap import CONFIG_KEY, CONFIGMAP_NAME
 from .settings import SIDECAR_LISTEN_PORT, SIDECAR_METRICS_PORT, OperatorSettings
 
+INJECT_LABEL: Final = "mcpcache.io/inject"
+"""The webhook's objectSelector: only pods labelled so are sent to the operator."""
 INJECT_ANNOTATION: Final = "mcpcache.io/inject"
+"""The earlier opt-in; honoured on pods that also carry the label."""
 APP_ID_ANNOTATION: Final = "mcpcache.io/app-id"
 SIDECAR_NAME: Final = "mcpcache"
 VOLUME_NAME: Final = "mcpcache-config"
+NO_TOKEN_VOLUME: Final = "mcpcache-no-token"
+TOKEN_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 CONFIG_DIR: Final = "/etc/mcpcache"
 URL_ENV: Final = "MCPCACHE_URL"
 SIDECAR_UID: Final = 65532
@@ -35,8 +50,10 @@ class InjectionRefused(ValueError):
 
 
 def wants_sidecar(pod: Mapping[str, Any]) -> bool:
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return annotations.get(INJECT_ANNOTATION) == "true"
+    metadata = pod.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
+    return "true" in (labels.get(INJECT_LABEL), annotations.get(INJECT_ANNOTATION))
 
 
 def app_id_of(pod: Mapping[str, Any]) -> str:
@@ -54,15 +71,15 @@ def app_id_of(pod: Mapping[str, Any]) -> str:
 
 def _sidecar_env(app_id: str, settings: OperatorSettings) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
-        {"name": "MCPCACHE_APP_ID", "value": app_id},
+        {"name": APP_ID_ENV, "value": app_id},
         # Metrics and probes on the pod IP only: scrapable, not on every interface.
         {"name": METRICS_HOST_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
     ]
     if settings.sidecar_cache_max_entries is not None:
         value = str(settings.sidecar_cache_max_entries)
-        env.append({"name": "MCPCACHE_CACHE_MAX_ENTRIES", "value": value})
+        env.append({"name": CACHE_MAX_ENTRIES_ENV, "value": value})
     if settings.sidecar_cache_max_bytes is not None:
-        env.append({"name": "MCPCACHE_CACHE_MAX_BYTES", "value": settings.sidecar_cache_max_bytes})
+        env.append({"name": CACHE_MAX_BYTES_ENV, "value": settings.sidecar_cache_max_bytes})
     return env
 
 
@@ -74,7 +91,7 @@ def sidecar_container(app_id: str, settings: OperatorSettings) -> dict[str, Any]
         "restartPolicy": "Always",
         "args": [
             "sidecar",
-            "--config",
+            "--servers-file",
             f"{CONFIG_DIR}/{CONFIG_KEY}",
             "--allow-missing-config",
             "--log-level",
@@ -100,7 +117,10 @@ def sidecar_container(app_id: str, settings: OperatorSettings) -> dict[str, Any]
             "capabilities": {"drop": ["ALL"]},
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "volumeMounts": [{"name": VOLUME_NAME, "mountPath": CONFIG_DIR, "readOnly": True}],
+        "volumeMounts": [
+            {"name": VOLUME_NAME, "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": NO_TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
+        ],
     }
 
 
@@ -121,9 +141,15 @@ def plan_injection(pod: Mapping[str, Any], settings: OperatorSettings) -> dict[s
         return None
     if any(c.get("name") == SIDECAR_NAME for c in spec.get("containers") or []):
         raise InjectionRefused(f"a container is already named {SIDECAR_NAME!r}")
+    if spec.get("hostNetwork"):
+        raise InjectionRefused(
+            "the pod uses hostNetwork, so the sidecar's listeners would be on the node's "
+            "network; run the agent without hostNetwork, or remove the mcpcache.io/inject label"
+        )
     volumes = list(spec.get("volumes") or [])
-    if any(v.get("name") == VOLUME_NAME for v in volumes):
-        raise InjectionRefused(f"a volume is already named {VOLUME_NAME!r}")
+    for name in (VOLUME_NAME, NO_TOKEN_VOLUME):
+        if any(v.get("name") == name for v in volumes):
+            raise InjectionRefused(f"a volume is already named {name!r}")
     used = _used_ports(spec)
     for port in (SIDECAR_LISTEN_PORT, SIDECAR_METRICS_PORT):
         if port in used:
@@ -149,5 +175,6 @@ def plan_injection(pod: Mapping[str, Any], settings: OperatorSettings) -> dict[s
                 "name": VOLUME_NAME,
                 "configMap": {"name": CONFIGMAP_NAME, "optional": True},
             },
+            {"name": NO_TOKEN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Ki"}},
         ],
     }

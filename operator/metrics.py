@@ -39,5 +39,5 @@ class OperatorMetrics:
         )
         for result in ("ok", "error"):
             self.reconciles.labels(result)
-        for result in ("injected", "already_injected", "not_requested", "refused"):
+        for result in ("injected", "dry_run", "already_injected", "not_requested", "refused"):
             self.admissions.labels(result)

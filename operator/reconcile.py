@@ -11,26 +11,41 @@ pass are folded into one more pass.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import time
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Any
 
+import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from mcpcache.sidecar.config import Server
+from mcpcache.sidecar.config import (
+    RESOURCE_GROUP,
+    RESOURCE_KIND,
+    RESOURCE_PLURAL,
+    RESOURCE_VERSION,
+    Server,
+)
 
-from .configmap import CONFIGMAP_NAME, MANAGED_BY, configmap_body
+from .configmap import (
+    CONFIG_KEY,
+    CONFIGMAP_NAME,
+    MANAGED_BY,
+    configmap_body,
+    hand_edits,
+    is_managed,
+)
 from .metrics import OperatorMetrics
 from .resource import Effective, effective_server
 from .status import desired_status, same_status
 
-GROUP: Final = "mcpcache.io"
-VERSION: Final = "v1alpha1"
-PLURAL: Final = "mcpservers"
-KIND: Final = "MCPServer"
+API_TIMEOUT = 30.0
+"""Seconds any one API call may take before it is retried by the next pass."""
+
+Warn = Callable[..., None]
+"""`kopf.warn`'s and `kopf.info`'s signature: (body, *, reason, message). Events are
+posted by kopf."""
 
 logger = logging.getLogger("mcpcache.operator")
 
@@ -42,12 +57,16 @@ class NamespaceReconciler:
         metrics: OperatorMetrics,
         retry_delay: float = 1.0,
         max_retry_delay: float = 10.0,
+        warn: Warn = kopf.warn,
+        inform: Warn = kopf.info,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.metrics = metrics
         self.retry_delay = retry_delay
         self.max_retry_delay = max_retry_delay
+        self.warn = warn
+        self.inform = inform
         self._pending: set[str] = set()
         self._workers: dict[str, asyncio.Task[None]] = {}
 
@@ -88,7 +107,11 @@ class NamespaceReconciler:
 
     def reconcile(self, namespace: str) -> None:
         listing: dict[str, Any] = self.custom.list_namespaced_custom_object(  # type: ignore[assignment]
-            GROUP, VERSION, namespace, PLURAL
+            RESOURCE_GROUP,
+            RESOURCE_VERSION,
+            namespace,
+            RESOURCE_PLURAL,
+            _request_timeout=API_TIMEOUT,
         )
         items = [i for i in listing["items"] if not i["metadata"].get("deletionTimestamp")]
         plans = [
@@ -110,29 +133,65 @@ class NamespaceReconciler:
         self.metrics.clamped.labels(namespace).set(
             sum(e.clamped_from is not None for _, e in plans)
         )
-        logger.info("reconciled", extra={"namespace": namespace, "servers": len(servers)})
+        logger.debug("reconciled", extra={"namespace": namespace, "servers": len(servers)})
 
     def _write_configmap(self, namespace: str, servers: list[Server], create: bool) -> None:
         desired = configmap_body(namespace, servers)
         try:
-            current = self.core.read_namespaced_config_map(CONFIGMAP_NAME, namespace)
+            current = self.core.read_namespaced_config_map(
+                CONFIGMAP_NAME, namespace, _request_timeout=API_TIMEOUT
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise
             if create:
-                self.core.create_namespaced_config_map(namespace, desired)
+                self.core.create_namespaced_config_map(
+                    namespace, desired, _request_timeout=API_TIMEOUT
+                )
                 logger.info("configmap created", extra={"namespace": namespace})
             return
         metadata = current.metadata or client.V1ObjectMeta()
         labels = metadata.labels or {}
-        if current.data == desired["data"] and all(
-            labels.get(k) == v for k, v in MANAGED_BY.items()
+        if not create and not is_managed(labels):
+            return  # a ConfigMap of that name the operator never wrote, and no MCPServers
+        annotations = metadata.annotations or {}
+        wanted = desired["metadata"]
+        if (
+            current.data == desired["data"]
+            and is_managed(labels)
+            and all(annotations.get(k) == v for k, v in wanted["annotations"].items())
         ):
             return
-        desired["metadata"]["resourceVersion"] = metadata.resource_version
-        desired["metadata"]["labels"] = {**labels, **MANAGED_BY}
-        self.core.replace_namespaced_config_map(CONFIGMAP_NAME, namespace, desired)
-        logger.info("configmap updated", extra={"namespace": namespace})
+        edits = hand_edits(current.data, labels, annotations, desired["data"][CONFIG_KEY])
+        wanted["resourceVersion"] = metadata.resource_version
+        wanted["labels"] = {**labels, **MANAGED_BY}
+        wanted["annotations"] = {**annotations, **wanted["annotations"]}
+        replaced = self.core.replace_namespaced_config_map(
+            CONFIGMAP_NAME, namespace, desired, _request_timeout=API_TIMEOUT
+        )
+        if not edits:
+            logger.info("configmap updated", extra={"namespace": namespace})
+            return
+        reverted = "; ".join(edits)
+        logger.warning(
+            "configmap edited by hand; put back",
+            extra={"namespace": namespace, "reverted": reverted},
+        )
+        reference = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": CONFIGMAP_NAME,
+                "namespace": namespace,
+                "uid": (replaced.metadata or metadata).uid,
+            },
+        }
+        self.warn(
+            reference,
+            reason="HandEditReverted",
+            message=f"{CONFIGMAP_NAME} is written by the mcpcache operator from the namespace's "
+            f"MCPServers; reverted: {reverted}. Change the MCPServers instead.",
+        )
 
     def _write_status(self, namespace: str, item: Mapping[str, Any], effective: Effective) -> None:
         metadata = item["metadata"]
@@ -141,7 +200,13 @@ class NamespaceReconciler:
         if same_status(current, desired):
             return
         self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, metadata["name"], {"status": desired}
+            RESOURCE_GROUP,
+            RESOURCE_VERSION,
+            namespace,
+            RESOURCE_PLURAL,
+            metadata["name"],
+            {"status": desired},
+            _request_timeout=API_TIMEOUT,
         )
         generation = metadata.get("generation")
 
@@ -156,47 +221,21 @@ class NamespaceReconciler:
             now = next((c for c in desired["conditions"] if c["type"] == kind), None)
             return now if now is not None and now["status"] == "True" and not was else None
 
+        body = {
+            "apiVersion": f"{RESOURCE_GROUP}/{RESOURCE_VERSION}",
+            "kind": RESOURCE_KIND,
+            "metadata": {**metadata, "namespace": namespace},
+        }
         for kind in ("MaxSizeClamped", "RulesShadowed"):
             if (condition := newly_true(kind)) is not None:
-                self._event(namespace, metadata, kind, condition["message"])
+                self.warn(body, reason=kind, message=condition["message"])
         if effective.server is None:
-            self._event(namespace, metadata, "InvalidSpec", effective.error or "invalid spec")
+            self.warn(body, reason="InvalidSpec", message=effective.error or "invalid spec")
         purge = desired.get("lastPurge")
         if purge is not None and purge != current.get("lastPurge"):
-            self._event(
-                namespace,
-                metadata,
-                "PurgePropagated",
-                f"purge {purge!r} written to the sidecar configuration of namespace "
+            self.inform(
+                body,
+                reason="PurgePropagated",
+                message=f"purge {purge!r} written to the sidecar configuration of namespace "
                 f"{namespace}: sidecars drop this server's entries as they reload it",
-                kind="Normal",
             )
-
-    def _event(
-        self,
-        namespace: str,
-        metadata: Mapping[str, Any],
-        reason: str,
-        message: str,
-        kind: str = "Warning",
-    ) -> None:
-        now = datetime.datetime.now(datetime.UTC)
-        event = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{metadata['name']}."),
-            involved_object=client.V1ObjectReference(
-                api_version=f"{GROUP}/{VERSION}",
-                kind=KIND,
-                name=metadata["name"],
-                namespace=namespace,
-                uid=metadata.get("uid"),
-                resource_version=metadata.get("resourceVersion"),
-            ),
-            reason=reason,
-            message=message,
-            type=kind,
-            source=client.V1EventSource(component="mcpcache-operator"),
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-        )
-        self.core.create_namespaced_event(namespace, event)

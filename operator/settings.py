@@ -9,8 +9,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SIDECAR_LISTEN_PORT = 3500
-SIDECAR_METRICS_PORT = 9090
+from mcpcache.sidecar.config import DEFAULT_LISTEN_PORT as SIDECAR_LISTEN_PORT
+from mcpcache.sidecar.config import DEFAULT_METRICS_PORT as SIDECAR_METRICS_PORT
+
+__all__ = ["SIDECAR_LISTEN_PORT", "SIDECAR_METRICS_PORT", "OperatorSettings"]
 
 
 def _default_resources() -> dict[str, Any]:

@@ -86,7 +86,8 @@ class Admin:
         # JSON only: a browser cannot send it cross-origin without a preflight.
         if media_type(incoming.headers) != JSON:
             raise ProxyError(415, INVALID_REQUEST, "Content-Type must be application/json")
-        raw = await incoming.read_body(MAX_ADMIN_BODY)
+        config: SidecarConfig = self._config()
+        raw = await incoming.read_body(MAX_ADMIN_BODY, config.header_timeout)
         try:
             request = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -101,7 +102,6 @@ class Admin:
         for name, value in (("tool", tool), ("uri", uri)):
             if value is not None and (not isinstance(value, str) or not value):
                 raise ProxyError(400, INVALID_PARAMS, f'"{name}" must be a non-empty string')
-        config: SidecarConfig = self._config()
         if config.server(server) is None and server not in self.cache.servers():
             raise ProxyError(404, UNKNOWN_SERVER, f"unknown MCP server {server!r}")
         removed = self.invalidator.purge(server, tool, uri)

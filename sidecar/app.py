@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .admin import Admin
-from .config import SidecarConfig
+from .config import Address, SidecarConfig
 from .errors import UNKNOWN_SERVER, ProxyError
 from .hints import ToolHints
 from .incoming import Incoming
@@ -102,8 +102,8 @@ class Sidecar:
         self.loop = asyncio.get_running_loop()
         current = self.config()
         servers = self._servers = [
-            _server(self.proxy_app(), current.listen.host, current.listen.port),
-            _server(self.metrics_app(), current.metrics.host, current.metrics.port),
+            _server(self.proxy_app(), current.listen, current),
+            _server(self.metrics_app(), current.metrics, current),
         ]
         sockets = [proxy_socket, metrics_socket]
         tasks = [
@@ -185,5 +185,13 @@ class ProxyApp:
         await response(scope, receive, send)
 
 
-def _server(app: ASGIApp, host: str, port: int) -> uvicorn.Server:
-    return uvicorn.Server(uvicorn_config(app, host, port))
+def _server(app: ASGIApp, address: Address, config: SidecarConfig) -> uvicorn.Server:
+    return uvicorn.Server(
+        uvicorn_config(
+            app,
+            address.host,
+            address.port,
+            header_timeout=config.header_timeout,
+            max_connections=config.max_connections,
+        )
+    )

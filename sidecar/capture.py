@@ -14,13 +14,22 @@ from typing import Any, Final
 
 import orjson
 
-from .messages import NotStoredReason, Verdict, is_server_request, judge_response
+from .messages import (
+    NotStoredReason,
+    Verdict,
+    has_inexact_number,
+    is_server_request,
+    judge_response,
+)
 from .notices import Notice, notice_of
 from .sse import Event, EventDecoder
 
 MIN_EVENT_BOUND: Final = 64 << 10
 """Events up to this size are decoded even when nothing may be stored, so that a stream
 which ends without its answer can still be noticed."""
+
+
+_DISPATCHED = (b"", b"message")
 
 
 class ResponseCapture:
@@ -82,12 +91,8 @@ class ResponseCapture:
 
     def finish(self) -> Verdict:
         """The body has ended; decide if not yet decided."""
-        if self.verdict is None:
-            if self.event_stream:
-                if not self.final_seen:
-                    self._see_events(self._events.close())
-            elif not self.too_large:
-                self._judge_body(b"".join(self._body))
+        if self.verdict is None and not self.event_stream and not self.too_large:
+            self._judge_body(b"".join(self._body))
         if self.verdict is None:
             self._decide("too_large" if self.too_large else "incomplete")
         assert self.verdict is not None
@@ -116,8 +121,8 @@ class ResponseCapture:
         if event.truncated:
             self.skipped_event = True
             return
-        if not event.data:
-            return
+        if not event.data or event.name not in _DISPATCHED:
+            return  # clients dispatch only `message` events
         try:
             message = orjson.loads(event.data)
         except orjson.JSONDecodeError:
@@ -131,7 +136,7 @@ class ResponseCapture:
             self.notices.append(notice)
             return
         if message.get("id") == self.request_id and ("result" in message or "error" in message):
-            self._judge_final(message)
+            self._judge_final(message, event.data)
 
     def _judge_body(self, body: bytes) -> None:
         try:
@@ -140,9 +145,9 @@ class ResponseCapture:
             self._decide("incomplete")
             return
         if isinstance(message, dict) and message.get("id") == self.request_id:
-            self._judge_final(message)
+            self._judge_final(message, body)
 
-    def _judge_final(self, message: dict[str, Any]) -> None:
+    def _judge_final(self, message: dict[str, Any], raw: bytes) -> None:
         self.final_seen = True
         self.final = message
         if self.verdict is not None:
@@ -151,5 +156,7 @@ class ResponseCapture:
             self._decide("server_request")
         elif self.too_large:
             self._decide("too_large")
+        elif has_inexact_number(raw):
+            self._decide("inexact_number")  # a hit would not repeat its numbers exactly
         else:
             self.verdict = judge_response(message)

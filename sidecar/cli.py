@@ -22,6 +22,7 @@ logger = logging.getLogger("mcpcache")
 
 def _sidecar(args: argparse.Namespace) -> int:
     from .app import Sidecar
+    from .config import parse_config, parse_servers_file
     from .logs import configure_logging
     from .memory import map_large_blocks
     from .reload import ConfigSource
@@ -29,7 +30,11 @@ def _sidecar(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     map_large_blocks()
     try:
-        source = ConfigSource(Path(args.config), allow_missing=args.allow_missing_config)
+        if args.servers_file:
+            path, parse = Path(args.servers_file), parse_servers_file
+        else:
+            path, parse = Path(args.config), parse_config
+        source = ConfigSource(path, allow_missing=args.allow_missing_config, parse=parse)
     except (OSError, ConfigError) as exc:
         logger.error("cannot start: invalid configuration", extra={"reason": str(exc)})
         return 2
@@ -158,7 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     sidecar = commands.add_parser("sidecar", help="run the caching proxy")
-    sidecar.add_argument("--config", required=True, help="YAML or JSON config file")
+    files = sidecar.add_mutually_exclusive_group(required=True)
+    files.add_argument("--config", help="YAML or JSON config file: every setting")
+    files.add_argument(
+        "--servers-file",
+        help="an operator-owned file (the namespace's ConfigMap): only its `servers` are "
+        "used; every other setting comes from the defaults and the environment, and other "
+        "keys in the file are ignored with a warning",
+    )
     sidecar.add_argument(
         "--allow-missing-config",
         action="store_true",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -38,6 +39,17 @@ DEFAULT_MAX_ENTRIES = 1024
 DEFAULT_MAX_BYTES = 64 << 20
 DEFAULT_MAX_REQUEST_BYTES = 4 << 20
 DEFAULT_MAX_HEADER_BYTES = 64 << 10
+MAX_TTL_SECONDS = 24 * 3600.0
+"""The longest `ttl` and `metadataTTL` a server may ask for (the CRD says the same)."""
+DEFAULT_LISTEN_PORT = 3500
+DEFAULT_METRICS_PORT = 9090
+
+# The resource this configuration mirrors. The operator and its CRD use these names; the
+# sidecar itself never talks to Kubernetes.
+RESOURCE_GROUP = "mcpcache.io"
+RESOURCE_VERSION = "v1alpha1"
+RESOURCE_KIND = "MCPServer"
+RESOURCE_PLURAL = "mcpservers"
 
 DEFAULT_IDENTITY_HEADERS = ("authorization", "proxy-authorization", "cookie", "x-api-key")
 """Request headers that identify an end user: each value present is hashed into the key."""
@@ -123,7 +135,7 @@ class ToolRule(_Model):
     name: Glob
     enabled: bool | None = Field(default=None, strict=True)
     """Unset: the server's `enabled` (and `onlyReadOnlyTools`) decide."""
-    ttl: Duration | None = None
+    ttl: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
     """Unset: the server's `ttl`."""
     ignore_arguments: Names = ()
     """Top-level arguments left out of the key (request ids, nonces): calls that differ
@@ -167,12 +179,16 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")
 
 
 class ServerCache(_Model):
-    """Per-server caching policy, mirroring the MCPServer's `spec.cache`."""
+    """Per-server caching policy, mirroring the MCPServer's `spec.cache`.
+
+    The bounds are the CRD's too (a test runs one table of values through both)."""
 
     enabled: bool = False
-    ttl: Duration = DEFAULT_TTL_SECONDS
-    max_size: Quantity = DEFAULT_MAX_SIZE
-    metadata_ttl: Duration | None = Field(default=None, alias="metadataTTL")
+    ttl: Duration = Field(default=DEFAULT_TTL_SECONDS, gt=0, le=MAX_TTL_SECONDS)
+    max_size: Quantity = Field(default=DEFAULT_MAX_SIZE, ge=1)
+    metadata_ttl: Duration | None = Field(
+        default=None, alias="metadataTTL", gt=0, le=MAX_TTL_SECONDS
+    )
     """Accepted for compatibility; list operations are never cached, so it has no effect."""
     only_read_only_tools: bool = Field(default=False, strict=True)
     """Cache only tools the server's `tools/list` marks `readOnlyHint: true` (a rule with
@@ -261,12 +277,17 @@ class SidecarConfig(_Model):
     """The whole sidecar configuration. Every field but `servers` has a default."""
 
     app_id: str = Field(default="default", min_length=1)
-    listen: Address = Address(host="127.0.0.1", port=3500)
-    metrics: Address = Address(host="127.0.0.1", port=9090)
+    listen: Address = Address(host="127.0.0.1", port=DEFAULT_LISTEN_PORT)
+    metrics: Address = Address(host="127.0.0.1", port=DEFAULT_METRICS_PORT)
     """Loopback unless told otherwise; in a pod the operator binds it to the pod IP."""
     cache: CacheLimits = CacheLimits()
     max_request_bytes: Quantity = DEFAULT_MAX_REQUEST_BYTES
     max_header_bytes: Quantity = DEFAULT_MAX_HEADER_BYTES
+    header_timeout: Duration = Field(default=10.0, gt=0)
+    """Seconds a connection has to send a request's headers (both listeners), and then
+    its body."""
+    max_connections: int = Field(default=1000, ge=1)
+    """Connections or requests in flight a listener takes before answering 503."""
     allowed_hosts: tuple[str, ...] = ()
     """Extra `Host` values the listener accepts besides loopback names (DNS-rebinding guard)."""
     servers: tuple[Server, ...]
@@ -337,8 +358,7 @@ class ConfigError(ValueError):
     """The file could not be read or does not describe a valid configuration."""
 
 
-def parse_config(text: str, environ: Mapping[str, str] | None = None) -> SidecarConfig:
-    """Parse YAML or JSON (JSON is YAML) text into a config, applying the environment."""
+def _document(text: str) -> dict[str, Any]:
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -347,6 +367,10 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Sidecar
         document = {}
     if not isinstance(document, dict):
         raise ConfigError("the top level must be a mapping")
+    return document
+
+
+def _validated(document: Mapping[str, Any], environ: Mapping[str, str] | None) -> SidecarConfig:
     try:
         config = SidecarConfig.model_validate(document)
         config = config.with_environment(os.environ if environ is None else environ)
@@ -354,6 +378,34 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Sidecar
         return config
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+
+
+def parse_config(text: str, environ: Mapping[str, str] | None = None) -> SidecarConfig:
+    """Parse YAML or JSON (JSON is YAML) text into a config, applying the environment."""
+    return _validated(_document(text), environ)
+
+
+SERVERS_FILE_KEYS = frozenset({"servers"})
+"""What the sidecar takes from an operator-owned servers file (`--servers-file`)."""
+
+logger = logging.getLogger("mcpcache.sidecar.config")
+
+
+def parse_servers_file(text: str, environ: Mapping[str, str] | None = None) -> SidecarConfig:
+    """Parse an operator-owned file: only its `servers`; every other setting comes from
+    the defaults and the environment (the injected container's own arguments).
+
+    In Kubernetes this file is the namespace's ConfigMap, which anyone who may edit
+    ConfigMaps there can change. Listeners, budgets, limits and allowed hosts must not be
+    theirs to set, so other top-level keys are ignored, with a warning naming them."""
+    document = _document(text)
+    if ignored := sorted(str(key) for key in document if key not in SERVERS_FILE_KEYS):
+        logger.warning(
+            "servers file: keys other than 'servers' are ignored; set them on the "
+            "sidecar's command line or environment",
+            extra={"ignored": ignored},
+        )
+    return _validated({k: v for k, v in document.items() if k in SERVERS_FILE_KEYS}, environ)
 
 
 def load_config(path: Path, environ: Mapping[str, str] | None = None) -> SidecarConfig:
@@ -367,3 +419,9 @@ def load_config(path: Path, environ: Mapping[str, str] | None = None) -> Sidecar
 def dump_config(config: SidecarConfig) -> str:
     """Serialise as YAML in the file form (stable key order, for diffable ConfigMaps)."""
     return yaml.safe_dump(config.to_document(), sort_keys=False)
+
+
+def dump_servers(servers: tuple[Server, ...]) -> str:
+    """The servers file: `servers` only, in the same file form."""
+    document = SidecarConfig(servers=servers).to_document()
+    return yaml.safe_dump({"servers": document["servers"]}, sort_keys=False)

@@ -50,11 +50,17 @@ def without(headers: Iterable[tuple[str, str]], dropped: frozenset[str]) -> list
     return [(k, v) for k, v in pairs if k not in dropped and k not in named]
 
 
+def _plain_name(name: str) -> bool:
+    """Names with `_` are not forwarded (as nginx does by default): servers behind CGI-
+    style gateways read `X_Api_Key` as `X-Api-Key`, a different header from the key's."""
+    return "_" not in name
+
+
 def forward_headers(headers: Iterable[tuple[str, str]], via: str) -> list[tuple[str, str]]:
     """Request headers for the upstream: all but hop-by-hop ones and those the client
     library sets, plus this hop's `Via`. `Host` comes from the upstream URL: an MCP
     server that guards against DNS rebinding then sees its own name, not the sidecar's."""
-    kept = without(headers, NOT_FORWARDED)
+    kept = [(k, v) for k, v in without(headers, NOT_FORWARDED) if _plain_name(k)]
     kept.append(("accept-encoding", "identity"))
     kept.append(("via", via))
     return kept

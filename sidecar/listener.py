@@ -8,22 +8,25 @@ for good (uvicorn times out only idle keep-alive connections, after a response).
 from __future__ import annotations
 
 import asyncio
-from typing import Final, Literal
+from typing import Literal
 
 import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-HEADER_TIMEOUT: Final = 10.0
-"""Seconds a connection has to send a request's headers, from connect or from the end
-of the previous response."""
-MAX_CONNECTIONS: Final = 1000
-"""Connections (or requests in flight) a listener takes before answering 503."""
+
+def _header_timed(seconds: float) -> type[HttpToolsProtocol]:
+    class HeaderTimedProtocol(_HeaderTimedProtocol):
+        header_timeout = seconds
+
+    return HeaderTimedProtocol
 
 
 class _HeaderTimedProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, closing connections that are slow to send headers."""
+    """uvicorn's httptools protocol, closing connections that are slow to send headers:
+    `header_timeout` seconds from connect, or from the end of the previous response."""
 
+    header_timeout: float = 10.0
     _header_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -50,7 +53,7 @@ class _HeaderTimedProtocol(HttpToolsProtocol):
 
     def _arm(self) -> None:
         self._disarm()
-        self._header_timer = self.loop.call_later(HEADER_TIMEOUT, self._expire)
+        self._header_timer = self.loop.call_later(self.header_timeout, self._expire)
 
     def _disarm(self) -> None:
         if self._header_timer is not None:
@@ -64,7 +67,12 @@ class _HeaderTimedProtocol(HttpToolsProtocol):
 
 
 def uvicorn_config(
-    app: ASGIApp, host: str, port: int, lifespan: Literal["auto", "on", "off"] = "off"
+    app: ASGIApp,
+    host: str,
+    port: int,
+    lifespan: Literal["auto", "on", "off"] = "off",
+    header_timeout: float = 10.0,
+    max_connections: int = 1000,
 ) -> uvicorn.Config:
     """The server settings of both listeners (benchmarks serve their baselines with these).
 
@@ -76,12 +84,12 @@ def uvicorn_config(
         app,
         host=host,
         port=port,
-        http=_HeaderTimedProtocol,
+        http=_header_timed(header_timeout),
         log_config=None,
         access_log=False,
         proxy_headers=False,
         lifespan=lifespan,
         server_header=False,
         date_header=False,
-        limit_concurrency=MAX_CONNECTIONS,
+        limit_concurrency=max_connections,
     )

@@ -58,6 +58,8 @@ NotStoredReason = Literal[
     "no_cache",
     "vary",
     "set_cookie",
+    "inexact_number",
+    "id_reused",
     "server_request",
     "too_large",
     "no_store",

@@ -7,6 +7,7 @@ sidecar has learned of the server's tools. The proxy asks; nothing else decides.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
@@ -50,9 +51,17 @@ FAILED_CALL: Final[frozenset[NotStoredReason | None]] = frozenset(
 
 SESSION_HEADER: Final = "mcp-session-id"
 PROTOCOL_HEADER: Final = "mcp-protocol-version"
-_KEYED_BY_BODY: Final = frozenset({"mcp-method", "mcp-name", "accept", "accept-encoding"})
+ROUTING_HEADERS: Final = frozenset({"mcp-method", "mcp-name"})
+_KEYED_BY_BODY: Final = ROUTING_HEADERS | {"accept", "accept-encoding"}
 """Headers a `Vary` may name without making an answer unstorable: the routing headers
 must equal the body (checked before lookup), and every answer has one media type."""
+CREDENTIAL_LIKE: Final = re.compile(
+    r"auth|token|key|secret|session|cookie|passw|credential|signature|user|tenant|account"
+)
+"""Header names that look like they identify someone. Such a header is keyed on even
+when `identityHeaders` does not list it: a credential the upstream sees must never be
+left out of the key because nobody thought to list it (fail closed)."""
+_NOT_CREDENTIALS: Final = frozenset({"user-agent"})
 
 
 class RequestRefused(ValueError):
@@ -91,6 +100,8 @@ class Lookup(NamedTuple):
     tool: str | None = None
     uri: str | None = None
     session: str = ""
+    keyed: frozenset[str] = frozenset()
+    """The request headers the key depends on (an answer may `Vary` on these)."""
 
     @property
     def scope(self) -> Scope:
@@ -135,21 +146,30 @@ def tool_bypass(
     return None
 
 
-def keyed_headers(server: Server) -> tuple[str, ...]:
-    """Every request header the key depends on."""
-    return (*server.cache.identity_headers, SESSION_HEADER, PROTOCOL_HEADER)
+def keyed_headers(server: Server, headers: Mapping[str, str]) -> frozenset[str]:
+    """Every request header the key depends on: the configured identity headers, any
+    header present whose name looks like a credential, the session and the version."""
+    looks_like = {
+        name
+        for name in headers
+        if CREDENTIAL_LIKE.search(name) is not None and name not in _NOT_CREDENTIALS
+    }
+    return frozenset({*server.cache.identity_headers, *looks_like, SESSION_HEADER, PROTOCOL_HEADER})
 
 
-def identity(server: Server, headers: Mapping[str, str]) -> dict[str, str]:
-    """Who is asking, as key material: a digest of each identity header and of the
-    session id (both are credentials), and the protocol version as it is."""
+def session_scope(server: Server, session_id: str) -> str:
+    """A legacy session, as the cache knows it: one server's session, by digest."""
+    return secret_digest(f"{server.name}\0{session_id}")
+
+
+def identity(server: Server, headers: Mapping[str, str], keyed: frozenset[str]) -> dict[str, str]:
+    """Who is asking, as key material: a digest of each keyed header present (they are
+    credentials, the session id too) and the protocol version as it is."""
     material = {
         f"header:{name}": secret_digest(headers[name])
-        for name in server.cache.identity_headers
-        if name in headers
+        for name in keyed
+        if name in headers and name != PROTOCOL_HEADER
     }
-    if SESSION_HEADER in headers:
-        material["session"] = secret_digest(headers[SESSION_HEADER])
     if PROTOCOL_HEADER in headers:
         material["protocol"] = headers[PROTOCOL_HEADER]
     return material
@@ -179,22 +199,27 @@ def plan(
         learn = message.method == "tools/list" and cache.only_read_only_tools
         return Bypass(reason, rule.invalidates if rule is not None else (), learn)
     ttl = rule.ttl if rule is not None and rule.ttl is not None else cache.ttl
-    if ttl <= 0:
-        return Bypass("tool_rule" if rule is not None else "disabled")
-    if (problem := repeated_or_hidden(raw_headers, keyed_headers(server))) is not None:
+    keyed = keyed_headers(server, headers)
+    if (problem := repeated_or_hidden(raw_headers, keyed | ROUTING_HEADERS)) is not None:
         raise RequestRefused(problem)
     assert message.method is not None
-    who = identity(server, headers)
+    who = identity(server, headers, keyed)
     ignored = rule.ignore_arguments if rule is not None else ()
     key = cache_key(server.name, message.method, message.params, app_id, who, ignored)
-    session = who.get("session", "")
+    session_id = headers.get(SESSION_HEADER)
+    session = session_scope(server, session_id) if session_id else ""
     if tool is not None:
-        return Lookup(key, ttl, server.name, tool, session=session)
-    return Lookup(key, ttl, server.name, uri=message.params["uri"], session=session)
+        return Lookup(key, ttl, server.name, tool, session=session, keyed=keyed)
+    uri = message.params["uri"]
+    return Lookup(key, ttl, server.name, uri=uri, session=session, keyed=keyed)
 
 
 def response_refusal(
-    server: Server, status: int, headers: Mapping[str, str], event_stream: bool
+    server: Server,
+    lookup: Lookup,
+    status: int,
+    headers: Mapping[str, str],
+    event_stream: bool,
 ) -> NotStoredReason | None:
     """Why the upstream's answer may not be stored whatever its body says, or None.
 
@@ -211,7 +236,7 @@ def response_refusal(
         return "no_store"
     if ("no-cache" in directives and not event_stream) or _max_age(directives) == 0:
         return "no_cache"
-    if "vary" in headers and not _varies_within_key(server, headers["vary"]):
+    if "vary" in headers and not _varies_within_key(lookup.keyed, headers["vary"]):
         return "vary"
     if "set-cookie" in headers and not server.cache.ignore_set_cookie:
         return "set_cookie"
@@ -230,9 +255,9 @@ def _max_age(directives: Mapping[str, str | None]) -> float | None:
     return None
 
 
-def _varies_within_key(server: Server, vary: str) -> bool:
+def _varies_within_key(keyed: frozenset[str], vary: str) -> bool:
     names = {name.strip().lower() for name in vary.split(",") if name.strip()}
-    return "*" not in names and names <= {*keyed_headers(server), *_KEYED_BY_BODY}
+    return "*" not in names and names <= keyed | _KEYED_BY_BODY
 
 
 def storage_ttl(lookup: Lookup, verdict: Verdict, headers: Mapping[str, str]) -> float:

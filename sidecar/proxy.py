@@ -27,11 +27,11 @@ from .errors import (
     UPSTREAM_UNAVAILABLE,
     ProxyError,
 )
+from .flights import SessionFlights, Ticket
 from .headers import forward_headers, response_headers
 from .hit import HitResponse
 from .incoming import Incoming
 from .invalidation import Invalidator
-from .key import secret_digest
 from .messages import INVALID_REQUEST, Message, Verdict, method_label
 from .metrics import Metrics
 from .notices import Notice
@@ -75,6 +75,7 @@ class Proxy:
         self.via_token = f"mcpcache-{secrets.token_hex(8)}"
         """This sidecar's name in `Via`: a request that already carries it has looped."""
         self.via = f"1.1 {self.via_token}"
+        self.flights = SessionFlights()
 
     async def handle(self, incoming: Incoming, server_name: str) -> ASGIApp:
         try:
@@ -87,7 +88,7 @@ class Proxy:
         server = self._route(incoming, config, server_name)
         if incoming.method != "POST":
             return await self._pass_through(incoming, server, None, None, policy.Bypass("method"))
-        raw = await incoming.read_body(config.max_request_bytes)
+        raw = await incoming.read_body(config.max_request_bytes, config.header_timeout)
         message = incoming.message(raw)
         try:
             plan = policy.plan(
@@ -143,8 +144,8 @@ class Proxy:
         to end a stream that breaks before answering with an error the client sees, and
         to act on it: a write invalidates, a `tools/list` teaches read-only hints."""
         status = cache_status.forwarded(plan.fwd, plan.detail)
-        call, response = await self._open(incoming, server, message, raw)
-        self._forget_ended_session(incoming, response)
+        call, response, ticket = await self._open(incoming, server, message, raw)
+        self._forget_ended_session(incoming, server, response)
         capture = None
         on_final = None
         if message is not None and message.is_request:
@@ -152,7 +153,15 @@ class Proxy:
             bound = FOLLOW_BOUND if follows else 0
             capture = ResponseCapture(message.id, response.event_stream, bound)
             on_final = self._follower(server, plan, capture)
-        relay = Relay(response, call, self.metrics, capture, on_final, self._on_notice(server))
+        relay = Relay(
+            response,
+            call,
+            self.metrics,
+            capture,
+            on_final,
+            on_notice=self._on_notice(server),
+            on_done=self._ender(ticket),
+        )
         headers = response_headers(response.headers)
         if on_final is None or response.event_stream:
             streaming = StreamingResponse(relay.stream(b""), response.status)
@@ -209,22 +218,32 @@ class Proxy:
     ) -> Response:
         """Forward a cacheable request, relay its answer and store it if the policy allows."""
         epoch = self.invalidator.epoch(server.name)
-        call, response = await self._open(incoming, server, message, raw)
-        self._forget_ended_session(incoming, response)
+        call, response, ticket = await self._open(incoming, server, message, raw)
+        self._forget_ended_session(incoming, server, response)
         refused = policy.response_refusal(
-            server, response.status, response.header_map, response.event_stream
+            server, lookup, response.status, response.header_map, response.event_stream
         )
         capture = ResponseCapture(
             message.id, response.event_stream, server.cache.effective_max_size, refused
         )
 
         def store(verdict: Verdict, event_stream: bool) -> Verdict:
+            if ticket is not None and ticket.reused and verdict.reason is None:
+                verdict = Verdict("id_reused")
             if verdict.reason is None and self.invalidator.epoch(server.name) != epoch:
                 verdict = Verdict("invalidated")  # fetched before entries were dropped
             ttl = policy.storage_ttl(lookup, verdict, response.header_map)
             return self._store(server, lookup, verdict, event_stream, ttl)
 
-        relay = Relay(response, call, self.metrics, capture, store, self._on_notice(server))
+        relay = Relay(
+            response,
+            call,
+            self.metrics,
+            capture,
+            store,
+            on_notice=self._on_notice(server),
+            on_done=self._ender(ticket),
+        )
         headers = response_headers(response.headers)
         if response.event_stream:
             return _with_headers(
@@ -240,10 +259,33 @@ class Proxy:
             StreamingResponse(relay.stream(prefix), response.status), headers, too_large
         )
 
+    def _ender(self, ticket: Ticket | None) -> Callable[[], None] | None:
+        if ticket is None:
+            return None
+        return lambda: self.flights.end(ticket)
+
     async def _open(
         self, incoming: Incoming, server: Server, message: Message | None, raw: bytes | None
+    ) -> tuple[Call, UpstreamResponse, Ticket | None]:
+        """Send the request upstream; upstream failures become 502/504 errors.
+
+        A request inside a legacy session holds a ticket for its id until its answer
+        has passed (see `flights`)."""
+        ticket = None
+        session = incoming.headers.get(policy.SESSION_HEADER)
+        if session is not None and message is not None and message.is_request:
+            ticket = self.flights.begin(policy.session_scope(server, session), message.id)
+        try:
+            call, response = await self._send(incoming, server, message, raw)
+        except BaseException:
+            if ticket is not None:
+                self.flights.end(ticket)
+            raise
+        return call, response, ticket
+
+    async def _send(
+        self, incoming: Incoming, server: Server, message: Message | None, raw: bytes | None
     ) -> tuple[Call, UpstreamResponse]:
-        """Send the request upstream; upstream failures become 502/504 errors."""
         request_id = message.id if message is not None else None
         call = Call(
             server.name,
@@ -292,15 +334,17 @@ class Proxy:
             },
         )
 
-    def _forget_ended_session(self, incoming: Incoming, response: UpstreamResponse) -> None:
+    def _forget_ended_session(
+        self, incoming: Incoming, server: Server, response: UpstreamResponse
+    ) -> None:
         """A legacy session the upstream ended (DELETE) or no longer knows (404) takes
-        its entries with it: nobody may be answered inside it any more."""
+        its entries on that server with it: nobody may be answered inside it any more."""
         session = incoming.headers.get(policy.SESSION_HEADER)
         if session is None:
             return
         ended = incoming.method == "DELETE" and 200 <= response.status < 300
         if ended or response.status == 404:
-            self.cache.purge_session(secret_digest(session))
+            self.cache.purge_session(policy.session_scope(server, session))
 
     def _store(
         self,

@@ -48,6 +48,7 @@ class Relay:
         capture: ResponseCapture | None = None,
         on_final: Callable[[Verdict, bool], Verdict] | None = None,
         on_notice: Callable[[Notice], None] | None = None,
+        on_done: Callable[[], None] | None = None,
     ) -> None:
         self.response = response
         self.call = call
@@ -60,6 +61,7 @@ class Relay:
             if capture is None and on_notice is not None and response.event_stream
             else None
         )
+        self.on_done = on_done
         self.done = False
         self.verdict: Verdict | None = None
         self._chunks = response.chunks()
@@ -157,6 +159,8 @@ class Relay:
         if capture is not None and self.on_final is not None and self.verdict is None:
             verdict = capture.finish() if error is None else capture.fail()
             self.verdict = self.on_final(verdict, capture.event_stream)
+        if self.on_done is not None:
+            self.on_done()
         self._report(error)
 
     def _report(self, error: BaseException | None) -> None:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .config import ConfigError, SidecarConfig, parse_config
+
+Parser = Callable[[str, Mapping[str, str] | None], SidecarConfig]
 
 logger = logging.getLogger("mcpcache.sidecar.config")
 
@@ -25,19 +27,23 @@ class ConfigSource:
         path: Path,
         environ: Mapping[str, str] | None = None,
         allow_missing: bool = False,
+        parse: Parser = parse_config,
     ) -> None:
+        """`parse` is `parse_config` for a whole config file, `parse_servers_file` for
+        an operator-owned one."""
         self.path = path
+        self.parse = parse
         self.environ = environ
         self.allow_missing = allow_missing
         self.last_error: str | None = None
         if allow_missing and not path.exists():
             # A pod may start before its namespace has any MCPServer: serve no servers
             # until the operator writes the file.
-            self.current: SidecarConfig = parse_config("servers: []", environ)
+            self.current: SidecarConfig = parse("servers: []", environ)
             self._digest = b""
             return
         text = path.read_text(encoding="utf-8")
-        self.current = parse_config(text, environ)
+        self.current = parse(text, environ)
         self._digest = hashlib.sha256(text.encode()).digest()
 
     def __call__(self) -> SidecarConfig:
@@ -58,7 +64,7 @@ class ConfigSource:
         if digest == self._digest:
             return None
         try:
-            config = parse_config(text, self.environ)
+            config = self.parse(text, self.environ)
         except ConfigError as exc:
             return self._reject(str(exc), digest)
         self._digest = digest
@@ -82,7 +88,14 @@ class ConfigSource:
 
     def _warn_fixed_fields(self, new: SidecarConfig) -> None:
         old = self.current
-        for field in ("listen", "metrics", "cache", "allowed_hosts"):
+        for field in (
+            "listen",
+            "metrics",
+            "cache",
+            "allowed_hosts",
+            "header_timeout",
+            "max_connections",
+        ):
             if getattr(old, field) != getattr(new, field):
                 logger.warning(
                     "configuration field changed but takes effect only on restart",

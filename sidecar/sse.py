@@ -1,9 +1,10 @@
 """An incremental decoder for `text/event-stream` bodies, fed bytes as they arrive.
 
 Follows the WHATWG event-stream rules the proxy relies on (CR, LF and CRLF line ends,
-comments, `data` lines joined with newlines, `id`), over bytes, so that nothing is
-decoded twice. Memory is bounded: a line longer than `max_line` is not kept; the event
-it belongs to is reported as `truncated`, with no data.
+comments, `event`, `data` lines joined with newlines, `id`, and an event cut off by the
+end of the body being dropped, as clients drop it), over bytes, so that nothing is
+decoded twice. Memory is bounded: an event whose lines add up to more than `max_event`
+bytes is not kept; it is reported as `truncated`, with no data.
 """
 
 from __future__ import annotations
@@ -17,17 +18,21 @@ class Event:
     has_id: bool
     """The event set an id, so a client could resume the stream after it."""
     truncated: bool = False
-    """A line of the event exceeded the decoder's bound; `data` is empty."""
+    """The event exceeded the decoder's bound; `data` is empty."""
+    name: bytes = b""
+    """The `event` field; "" for none (which clients dispatch as `message`)."""
 
 
 class EventDecoder:
-    def __init__(self, max_line: int) -> None:
-        self.max_line = max_line
+    def __init__(self, max_event: int) -> None:
+        self.max_event = max_event
         self._pending: list[bytes] = []
         self._pending_size = 0
         self._skipping = False
         self._after_cr = False
         self._data: list[bytes] = []
+        self._size = 0
+        self._name = b""
         self._has_id = False
         self._truncated = False
 
@@ -61,46 +66,40 @@ class EventDecoder:
         return events
 
     def _keep_partial(self, part: bytes) -> None:
-        """Hold the start of a line until its end arrives, up to `max_line` bytes."""
+        """Hold the start of a line until its end arrives, within the event's bound."""
         if self._skipping:
             return
         self._pending.append(part)
         self._pending_size += len(part)
-        if self._pending_size > self.max_line:
+        if self._size + self._pending_size > self.max_event:
             self._pending, self._pending_size = [], 0
             self._skipping = self._truncated = True
-
-    def close(self) -> list[Event]:
-        """The body ended: an unterminated last line ends its event (as clients treat it)."""
-        events = self.feed(b"\n") if self._pending or self._skipping else []
-        if self._data or self._truncated:
-            event = self._line(b"")
-            if event is not None:
-                events.append(event)
-        return events
 
     def _line(self, line: bytes) -> Event | None:
         if not line:
             return self._dispatch()
-        if len(line) > self.max_line:
-            self._truncated = True
+        if self._truncated or line.startswith(b":"):
             return None
-        if line.startswith(b":"):
+        self._size += len(line)
+        if self._size > self.max_event:
+            self._data, self._truncated = [], True
             return None
         name, _, value = line.partition(b":")
         if value.startswith(b" "):
             value = value[1:]
         if name == b"data":
             self._data.append(value)
+        elif name == b"event":
+            self._name = value
         elif name == b"id" and b"\0" not in value:
             self._has_id = True
         return None
 
     def _dispatch(self) -> Event | None:
-        data, has_id, truncated = self._data, self._has_id, self._truncated
-        self._data, self._has_id, self._truncated = [], False, False
-        if not data and not truncated:
-            return Event(b"", True) if has_id else None
+        data, has_id, truncated, name = self._data, self._has_id, self._truncated, self._name
+        self._data, self._size, self._has_id, self._truncated, self._name = [], 0, False, False, b""
         if truncated:
-            return Event(b"", has_id, truncated=True)
-        return Event(b"\n".join(data), has_id)
+            return Event(b"", has_id, truncated=True, name=name)
+        if not data:
+            return Event(b"", True) if has_id else None
+        return Event(b"\n".join(data), has_id, name=name)

@@ -18,9 +18,10 @@ _DURATION_UNITS: dict[str, Decimal] = {
     "m": Decimal(60),
     "h": Decimal(3600),
 }
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|ms|s|m|h)")
-DURATION_PATTERN = r"^((\d+(\.\d*)?|\.\d+)(ns|us|ms|s|m|h))+$|^0$"
-"""The same syntax as a regular expression, for the CRD's OpenAPI schema."""
+# [0-9], not \d: Python's \d also matches other scripts' digits, which Go refuses.
+_DURATION_PART = re.compile(r"([0-9]+(?:[.][0-9]*)?|[.][0-9]+)(ns|us|ms|s|m|h)")
+DURATION_PATTERN = r"^(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|ms|s|m|h))+$|^0$"
+"""The same syntax as a regular expression, as the CRD's validation rules use it."""
 
 _QUANTITY_SUFFIXES: dict[str, int] = {
     "": 1,
@@ -33,14 +34,14 @@ _QUANTITY_SUFFIXES: dict[str, int] = {
     "G": 10**9,
     "T": 10**12,
 }
-_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
-QUANTITY_PATTERN = r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"
-"""The same syntax as a regular expression, for the CRD's OpenAPI schema."""
+_QUANTITY = re.compile(r"^([0-9]+(?:[.][0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+QUANTITY_PATTERN = r"^[0-9]+([.][0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"
+"""The same syntax as a regular expression, as the CRD's validation rules use it."""
 
 
 def parse_duration(text: str) -> float:
     """Return the duration in seconds; raise ValueError on anything Go would refuse."""
-    value = text.strip()
+    value = text  # no trimming: Go and the API server refuse spaces too
     if value == "0":
         return 0.0
     position = 0
@@ -64,7 +65,7 @@ def parse_quantity(text: str | int) -> int:
         if text < 0:
             raise ValueError(f"invalid quantity {text!r}: must not be negative")
         return text
-    match = _QUANTITY.match(text.strip())
+    match = _QUANTITY.match(text)
     if match is None:
         raise ValueError(f"invalid quantity {text!r}: use bytes or a suffix, e.g. 64Ki, 1Mi, 500k")
     number, suffix = match.group(1), match.group(2) or ""

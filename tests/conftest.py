@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import base64
 import os
 import shutil
 import subprocess
@@ -12,9 +11,13 @@ import pytest
 from kubernetes import client
 
 from peers.controlplane import BIN_ENV, Authority, ControlPlane
-from peers.operator import OperatorProcess, install_operator_rbac
+from peers.operator import (
+    OPERATOR_NAMESPACE,
+    ChartWebhook,
+    OperatorProcess,
+    install_operator_rbac,
+)
 from peers.paths import CHART, CRD
-from peers.resources import INJECTED_LABEL
 from peers.serving import ServedApp, wait_until
 from peers.sidecar import RunningSidecar
 from peers.upstream import Upstream
@@ -103,9 +106,6 @@ def control_plane() -> Iterator[ControlPlane]:
         plane.stop()
 
 
-OPERATOR_NAMESPACE = "mcpcache-system"
-
-
 @pytest.fixture(scope="session")
 def crd(control_plane: ControlPlane) -> None:
     control_plane.run_kubectl("apply", "-f", str(CRD))
@@ -126,44 +126,19 @@ def webhook_ca() -> Authority:
 
 
 @pytest.fixture(scope="session")
-def operator(
-    control_plane: ControlPlane, crd: None, webhook_ca: Authority
-) -> Iterator[OperatorProcess]:
-    """The operator, running as its service account with only the chart's RBAC."""
+def operator(control_plane: ControlPlane, crd: None) -> Iterator[OperatorProcess]:
+    """The operator, running as its service account with only the chart's RBAC, serving
+    the certificate the chart generated, behind the chart's own webhook configuration
+    (reached through its Service)."""
     core = client.CoreV1Api(control_plane.api_client())
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=OPERATOR_NAMESPACE)))
     kubeconfig = install_operator_rbac(control_plane, CHART, OPERATOR_NAMESPACE)
-    process = OperatorProcess(kubeconfig, webhook_ca).start()
-    admission = client.AdmissionregistrationV1Api(control_plane.api_client())
-    admission.create_mutating_webhook_configuration(
-        {
-            "metadata": {"name": "mcpcache-test-inject"},
-            "webhooks": [
-                {
-                    "name": "inject.mcpcache.io",
-                    "admissionReviewVersions": ["v1"],
-                    "sideEffects": "None",
-                    "failurePolicy": "Fail",
-                    "timeoutSeconds": 10,
-                    "clientConfig": {
-                        "url": f"https://127.0.0.1:{process.webhook_port}/inject-sidecar",
-                        "caBundle": base64.b64encode(webhook_ca.pem).decode(),
-                    },
-                    "rules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE"],
-                            "resources": ["pods"],
-                        }
-                    ],
-                    "namespaceSelector": {"matchLabels": {INJECTED_LABEL: "true"}},
-                }
-            ],
-        }
-    )
+    webhook = ChartWebhook(control_plane, CHART, OPERATOR_NAMESPACE)
+    process = OperatorProcess(kubeconfig, webhook.certificate).start()
+    webhook.install(process.webhook_port)
     try:
         yield process
     finally:
-        admission.delete_mutating_webhook_configuration("mcpcache-test-inject")
+        admission = client.AdmissionregistrationV1Api(control_plane.api_client())
+        admission.delete_mutating_webhook_configuration(webhook.name, _request_timeout=30)
         process.stop()

@@ -53,7 +53,7 @@ def sidecar_process(tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
         "MCPCACHE_METRICS_PORT": str(metrics_port),
     }
     command = [sys.executable, "-m", "mcpcache.sidecar.cli", "sidecar"]
-    command += ["--config", str(config_file), "--allow-missing-config"]
+    command += ["--servers-file", str(config_file), "--allow-missing-config"]
     process = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
     try:
         yield (

@@ -1,13 +1,19 @@
-"""Sidecar injection through the real API server and the operator's TLS webhook."""
+"""Sidecar injection through the real API server and the operator's TLS webhook, as the
+chart installs it: its configuration (selectors, service reference), its generated
+certificate, its Service (resolved through an EndpointSlice to the operator process)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from peers.operator import SIDECAR_IMAGE
-from peers.resources import INJECTED_LABEL, new_namespace
+from peers.resources import new_namespace
+
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 @pytest.fixture(scope="module")
@@ -17,38 +23,58 @@ def core(control_plane) -> client.CoreV1Api:
 
 @pytest.fixture
 def namespace(control_plane, operator) -> str:
-    return new_namespace(control_plane, "inj", labels={INJECTED_LABEL: "true"})
-
-
-def pod(name: str, annotations: dict[str, str] | None = None, **spec: object) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "annotations": annotations or {}},
-        "spec": {"containers": [{"name": "agent", "image": "agent:1"}], **spec},
-    }
+    return new_namespace(control_plane, "inj")
 
 
 INJECT = {"mcpcache.io/inject": "true"}
 
 
-def test_an_annotated_pod_gets_the_native_sidecar(core, namespace) -> None:
-    created = core.create_namespaced_pod(
-        namespace, pod("agent", INJECT | {"mcpcache.io/app-id": "checkout"})
+def pod(
+    name: str,
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = INJECT,
+    **spec: object,
+) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations or {}, "labels": labels or {}},
+        "spec": {"containers": [{"name": "agent", "image": "agent:1"}], **spec},
+    }
+
+
+def create(core: client.CoreV1Api, namespace: str, body: dict, **kwargs: object) -> client.V1Pod:
+    return core.create_namespaced_pod(namespace, body, _request_timeout=30, **kwargs)
+
+
+def test_the_api_server_calls_the_charts_webhook_through_its_service(control_plane, operator):
+    admission = client.AdmissionregistrationV1Api(control_plane.api_client())
+    (webhook,) = admission.read_mutating_webhook_configuration(
+        "mcpcache-inject", _request_timeout=30
+    ).webhooks
+    assert webhook.client_config.url is None
+    assert (webhook.client_config.service.name, webhook.client_config.service.port) == (
+        "mcpcache-webhook",
+        443,
     )
+    assert webhook.object_selector.match_labels == INJECT
+
+
+def test_a_labelled_pod_gets_the_native_sidecar(core, namespace) -> None:
+    created = create(core, namespace, pod("agent", {"mcpcache.io/app-id": "checkout"}))
     (sidecar,) = created.spec.init_containers
     assert sidecar.name == "mcpcache"
     assert sidecar.restart_policy == "Always"
     assert sidecar.image == SIDECAR_IMAGE
-    assert sidecar.args[:3] == ["sidecar", "--config", "/etc/mcpcache/config.yaml"]
+    assert sidecar.args[:3] == ["sidecar", "--servers-file", "/etc/mcpcache/config.yaml"]
     assert {(e.name, e.value) for e in sidecar.env} == {("MCPCACHE_APP_ID", "checkout")}
     assert sidecar.security_context.run_as_non_root is True
     assert sidecar.security_context.read_only_root_filesystem is True
     assert sidecar.security_context.capabilities.drop == ["ALL"]
     assert sidecar.readiness_probe.http_get.path == "/readyz"
     assert sidecar.resources.requests == {"cpu": "50m", "memory": "96Mi"}
-    (mount,) = sidecar.volume_mounts
-    assert (mount.mount_path, mount.read_only) == ("/etc/mcpcache", True)
+    mounts = {m.mount_path: m for m in sidecar.volume_mounts}
+    assert mounts["/etc/mcpcache"].read_only is True
     volume = next(v for v in created.spec.volumes if v.name == "mcpcache-config")
     assert volume.config_map.name == "mcpcache-servers"
     assert volume.config_map.optional is True
@@ -56,26 +82,40 @@ def test_an_annotated_pod_gets_the_native_sidecar(core, namespace) -> None:
     assert [(e.name, e.value) for e in agent.env] == [("MCPCACHE_URL", "http://localhost:3500/mcp")]
 
 
+def test_the_sidecar_cannot_see_the_service_account_token(core, namespace) -> None:
+    created = create(core, namespace, pod("agent"))
+    (sidecar,) = created.spec.init_containers
+    (mount,) = [m for m in sidecar.volume_mounts if m.mount_path == TOKEN_DIR]
+    assert mount.read_only is True
+    (volume,) = [v for v in created.spec.volumes if v.name == mount.name]
+    assert volume.empty_dir is not None
+    assert volume.projected is None
+    assert volume.secret is None
+    (agent,) = created.spec.containers
+    assert not agent.volume_mounts, "the app's own containers are left as they were"
+
+
 def test_the_app_id_defaults_to_the_service_account(core, namespace) -> None:
-    created = core.create_namespaced_pod(
-        namespace, pod("agent", INJECT, serviceAccountName="billing")
-    )
+    created = create(core, namespace, pod("agent", serviceAccountName="billing"))
     (sidecar,) = created.spec.init_containers
     assert {(e.name, e.value) for e in sidecar.env} == {("MCPCACHE_APP_ID", "billing")}
 
 
-def test_pods_without_the_annotation_are_untouched(core, namespace) -> None:
-    created = core.create_namespaced_pod(namespace, pod("plain", {"mcpcache.io/inject": "false"}))
+def test_pods_without_the_label_are_never_sent_to_the_webhook(core, namespace, operator) -> None:
+    before = operator.sample("mcpcache_operator_admissions_total", result="not_requested")
+    # The annotation alone is not enough: the webhook's objectSelector is the label.
+    created = create(core, namespace, pod("plain", annotations=INJECT, labels={}))
     assert created.spec.init_containers is None
     assert created.spec.containers[0].env is None
+    assert operator.sample("mcpcache_operator_admissions_total", result="not_requested") == before
 
 
 def test_a_pod_that_already_has_the_sidecar_is_not_injected_twice(core, namespace) -> None:
-    first = core.create_namespaced_pod(namespace, pod("first", INJECT))
+    first = create(core, namespace, pod("first"))
     again = client.ApiClient().sanitize_for_serialization(first)
-    again["metadata"] = {"name": "again", "annotations": INJECT}
+    again["metadata"] = {"name": "again", "labels": INJECT}
     again.pop("status", None)
-    created = core.create_namespaced_pod(namespace, again)
+    created = create(core, namespace, again)
     assert [c.name for c in created.spec.init_containers] == ["mcpcache"]
     assert len([v for v in created.spec.volumes if v.name == "mcpcache-config"]) == 1
 
@@ -89,24 +129,70 @@ def test_a_pod_that_already_has_the_sidecar_is_not_injected_twice(core, namespac
             {"containers": [{"name": "agent", "image": "a", "ports": [{"containerPort": 9090}]}]},
             "container 'agent' uses port 9090",
         ),
+        ({}, {"hostNetwork": True}, "the pod uses hostNetwork"),
     ],
 )
 def test_a_pod_that_cannot_take_the_sidecar_is_refused_with_a_reason(
     core, namespace, annotations, spec, complaint
 ) -> None:
     with pytest.raises(ApiException) as refused:
-        core.create_namespaced_pod(namespace, pod("bad", INJECT | annotations, **spec))
+        create(core, namespace, pod("bad", annotations, **spec))
     assert refused.value.status == 400
     assert "cannot inject the mcpcache sidecar" in refused.value.body
     assert complaint in refused.value.body
 
 
-def test_admissions_are_counted(core, namespace, operator) -> None:
-    core.create_namespaced_pod(namespace, pod("counted", INJECT))
-    text = operator.metrics()
-    injected = next(
-        line
-        for line in text.splitlines()
-        if line.startswith('mcpcache_operator_admissions_total{result="injected"}')
+def test_a_refusal_is_logged_as_an_expected_outcome_not_an_error(core, namespace, operator) -> None:
+    with pytest.raises(ApiException):
+        create(core, namespace, pod("refused-quietly", hostNetwork=True))
+    lines = [
+        json.loads(line) for line in operator.log_tail(2000).splitlines() if line.startswith("{")
+    ]
+    refusals = [r for r in lines if r.get("msg") == "pod refused: it cannot take the sidecar"]
+    assert any(r.get("pod") == "refused-quietly" for r in refusals)
+    assert {r["level"] for r in refusals} == {"info"}
+    assert not [r for r in lines if "failed permanently" in r.get("msg", "")]
+
+
+def restricted_pod(name: str) -> dict:
+    body = pod(name)
+    body["spec"]["securityContext"] = {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    body["spec"]["containers"][0]["securityContext"] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    return body
+
+
+def test_an_injected_pod_passes_the_restricted_pod_security_standard(
+    control_plane, core, operator
+) -> None:
+    namespace = new_namespace(
+        control_plane, "pss", labels={"pod-security.kubernetes.io/enforce": "restricted"}
     )
-    assert float(injected.split()[-1]) >= 1
+    # The namespace does enforce: a pod that does not meet the standard is refused.
+    with pytest.raises(ApiException) as refused:
+        create(core, namespace, pod("lax"))
+    assert refused.value.status == 403
+    assert "violates PodSecurity" in refused.value.body
+
+    created = create(core, namespace, restricted_pod("strict"))
+    assert [c.name for c in created.spec.init_containers] == ["mcpcache"]
+
+
+def test_admissions_are_counted_and_dry_runs_are_not_injections(core, namespace, operator) -> None:
+    def injected() -> float:
+        return operator.sample("mcpcache_operator_admissions_total", result="injected") or 0
+
+    before = injected()
+    create(core, namespace, pod("counted"))
+    assert injected() == before + 1
+    dry = operator.sample("mcpcache_operator_admissions_total", result="dry_run") or 0
+    tried = create(core, namespace, pod("tried"), dry_run="All")
+    assert [c.name for c in tried.spec.init_containers] == ["mcpcache"]
+    assert injected() == before + 1
+    assert operator.sample("mcpcache_operator_admissions_total", result="dry_run") == dry + 1

@@ -22,7 +22,10 @@ def pod(annotations: dict[str, str] | None = None, **spec: object) -> dict:
     }
 
 
-def test_only_pods_annotated_true_want_the_sidecar() -> None:
+def test_pods_labelled_or_annotated_true_want_the_sidecar() -> None:
+    labelled = pod()
+    labelled["metadata"]["labels"] = {"mcpcache.io/inject": "true"}
+    assert wants_sidecar(labelled)
     assert wants_sidecar(pod({"mcpcache.io/inject": "true"}))
     assert not wants_sidecar(pod({"mcpcache.io/inject": "yes"}))
     assert not wants_sidecar(pod())
@@ -48,9 +51,16 @@ def test_the_sidecar_is_a_native_sidecar_with_a_hardened_container() -> None:
     assert security["readOnlyRootFilesystem"] is True
     assert security["capabilities"] == {"drop": ["ALL"]}
     assert sidecar["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert sidecar["args"][:3] == ["sidecar", "--servers-file", "/etc/mcpcache/config.yaml"]
     assert plan["volumes"] == [
-        {"name": "mcpcache-config", "configMap": {"name": "mcpcache-servers", "optional": True}}
+        {"name": "mcpcache-config", "configMap": {"name": "mcpcache-servers", "optional": True}},
+        {"name": "mcpcache-no-token", "emptyDir": {"medium": "Memory", "sizeLimit": "1Ki"}},
     ]
+    assert {
+        "name": "mcpcache-no-token",
+        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+        "readOnly": True,
+    } in sidecar["volumeMounts"]
     assert plan["containers"][0]["env"] == [
         {"name": "MCPCACHE_URL", "value": "http://localhost:3500/mcp"}
     ]
@@ -88,6 +98,8 @@ def test_an_explicit_url_variable_is_kept() -> None:
         ({"containers": [{"name": "a", "ports": [{"containerPort": 3500}]}]}, "uses port 3500"),
         ({"containers": [{"name": "mcpcache"}]}, "already named 'mcpcache'"),
         ({"volumes": [{"name": "mcpcache-config", "emptyDir": {}}]}, "volume is already named"),
+        ({"volumes": [{"name": "mcpcache-no-token", "emptyDir": {}}]}, "volume is already named"),
+        ({"hostNetwork": True}, "the pod uses hostNetwork"),
     ],
 )
 def test_pods_that_cannot_take_the_sidecar_are_refused(spec: dict, complaint: str) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
+import yaml
 from kubernetes import client
 
 from peers.resources import GROUP, PLURAL, VERSION, configured_servers, mcpserver, new_namespace
@@ -50,17 +52,61 @@ def test_create_update_and_delete_are_reflected_in_the_configmap(namespace, obje
     wait_until(lambda: servers(core, namespace) == {}, 30, "an empty server list")
 
 
-def test_a_hand_edit_of_the_configmap_is_put_back(namespace, objects, core) -> None:
+def test_a_hand_edit_of_the_configmap_is_put_back_with_a_warning(namespace, objects, core) -> None:
     objects.create_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, mcpserver("docs", enabled=True)
     )
     wait_until(lambda: servers(core, namespace), 30, "the configmap")
+    configmap = core.read_namespaced_config_map("mcpcache-servers", namespace, _request_timeout=30)
+    assert list(yaml.safe_load(configmap.data["config.yaml"])) == ["servers"]
+    assert configmap.metadata.labels["app.kubernetes.io/managed-by"] == "mcpcache-operator"
+
+    edited = yaml.safe_load(configmap.data["config.yaml"])
+    edited["servers"][0]["url"] = "http://elsewhere.example/mcp"
+    edited["listen"] = {"host": "0.0.0.0", "port": 3500}
     core.patch_namespaced_config_map(
-        "mcpcache-servers", namespace, {"data": {"config.yaml": "servers: []\n"}}
+        "mcpcache-servers",
+        namespace,
+        {"data": {"config.yaml": yaml.safe_dump(edited)}},
+        _request_timeout=30,
     )
-    wait_until(lambda: set(servers(core, namespace) or {}) == {"docs"}, 30, "the repair")
-    core.delete_namespaced_config_map("mcpcache-servers", namespace)
+    wait_until(
+        lambda: servers(core, namespace)["docs"].url == "http://docs.tools.svc:8000/mcp",
+        30,
+        "the repair",
+    )
+
+    def reverted() -> list:
+        events = core.list_namespaced_event(namespace, _request_timeout=30).items
+        return [e for e in events if e.reason == "HandEditReverted"]
+
+    (event,) = wait_until(reverted, 30, "the warning event")
+    assert event.type == "Warning"
+    assert event.involved_object.kind == "ConfigMap"
+    assert event.involved_object.name == "mcpcache-servers"
+    assert "key listen" in event.message
+    assert "server docs (url)" in event.message
+    assert event.source.component == "mcpcache-operator"
+
+    core.delete_namespaced_config_map("mcpcache-servers", namespace, _request_timeout=30)
     wait_until(lambda: set(servers(core, namespace) or {}) == {"docs"}, 30, "the re-creation")
+
+
+def test_a_configmap_of_that_name_in_a_namespace_without_mcpservers_is_left_alone(
+    namespace, core, operator
+) -> None:
+    body = {"metadata": {"name": "mcpcache-servers"}, "data": {"mine": "yes"}}
+    core.create_namespaced_config_map(namespace, body, _request_timeout=30)
+    # Its watch is by name, so the operator reconciles the namespace (the gauge says so)...
+    wait_until(
+        lambda: operator.sample("mcpcache_operator_mcpservers", namespace=namespace) == 0,
+        30,
+        "the operator to reconcile the namespace",
+    )
+    # ...and leaves a ConfigMap it never wrote alone.
+    found = core.read_namespaced_config_map("mcpcache-servers", namespace, _request_timeout=30)
+    assert found.data == {"mine": "yes"}
+    assert not found.metadata.labels
 
 
 def test_status_reports_readiness_generation_and_effective_values(namespace, objects) -> None:
@@ -135,6 +181,9 @@ def test_namespaces_are_separate(control_plane, operator, objects, core) -> None
 def test_operator_metrics_and_health(operator) -> None:
     text = operator.metrics()
     assert 'mcpcache_operator_reconciles_total{result="ok"}' in text
+    for _ in range(3):
+        assert httpx.get(f"http://127.0.0.1:{operator.health_port}/healthz", timeout=5).is_success
+    assert "aiohttp.access" not in operator.log_tail(5000), "a probe writes no log line"
 
 
 def events_for(core: client.CoreV1Api, namespace: str, name: str, reason: str) -> list:

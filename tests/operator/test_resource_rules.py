@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from mcpcache.operator.configmap import render_config
+import yaml
+
+from mcpcache.operator.configmap import configmap_body, hand_edits, render_config
 from mcpcache.operator.resource import PURGE_ANNOTATION, effective_server
 from mcpcache.operator.status import desired_status, same_status
-from mcpcache.sidecar.config import parse_config
+from mcpcache.sidecar.config import parse_servers_file
 
 SPEC = {
     "endpoint": {"streamableHTTP": {"url": "http://docs.tools.svc:8000/mcp"}},
@@ -13,10 +15,12 @@ SPEC = {
 }
 
 
-def test_the_configmap_holds_the_sidecars_own_format() -> None:
+def test_the_configmap_holds_the_servers_in_the_sidecars_own_format() -> None:
     effective = effective_server("docs", SPEC)
     assert effective.server is not None
-    config = parse_config(render_config([effective.server]), environ={})
+    text = render_config([effective.server])
+    assert list(yaml.safe_load(text)) == ["servers"], "nothing but servers"
+    config = parse_servers_file(text, environ={})
     server = config.server("docs")
     assert server is not None
     assert (server.cache.enabled, server.cache.ttl, server.cache.max_size) == (True, 60, 256 << 10)
@@ -37,7 +41,26 @@ def test_max_size_above_the_ceiling_is_clamped_and_reported() -> None:
 
 
 def test_an_empty_list_is_still_a_valid_config() -> None:
-    assert parse_config(render_config([]), environ={}).servers == ()
+    assert parse_servers_file(render_config([]), environ={}).servers == ()
+
+
+def test_a_hand_edit_is_told_apart_from_a_change_of_mcpservers() -> None:
+    docs = effective_server("docs", SPEC).server
+    assert docs is not None
+    written = configmap_body("ns", [docs])
+    data, labels = written["data"], written["metadata"]["labels"]
+    annotations = written["metadata"]["annotations"]
+    # The MCPServers changed since: the operator's own content is not an edit.
+    assert hand_edits(data, labels, annotations, render_config([])) == []
+
+    evil = {"servers": [{"name": "docs", "url": "http://evil.example/mcp"}], "listen": {}}
+    edited = {"config.yaml": yaml.safe_dump(evil), "extra": "x"}
+    assert hand_edits(edited, {}, annotations, data["config.yaml"]) == [
+        "label app.kubernetes.io/managed-by",
+        "data key extra",
+        "key listen",
+        "server docs (cache, timeout, url)",
+    ]
 
 
 def test_status_comparison_ignores_transition_times_only() -> None:
@@ -63,7 +86,7 @@ def test_tool_rules_reach_the_configmap_and_status_shows_them_in_effect() -> Non
     spec = {**SPEC, "cache": {**SPEC["cache"], "onlyReadOnlyTools": True, "tools": RULES}}
     effective = effective_server("docs", spec)
     assert effective.server is not None
-    server = parse_config(render_config([effective.server]), environ={}).server("docs")
+    server = parse_servers_file(render_config([effective.server]), environ={}).server("docs")
     assert server is not None
     assert server.cache == effective.server.cache
     assert server.cache.rule_for("search_docs").ignore_arguments == ("requestId",)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import base64
+import datetime
 import filecmp
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -32,8 +37,15 @@ NON_DEFAULT = {
         "cache": {"maxEntries": 256, "maxBytes": "16Mi"},
         "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
     },
-    "webhook": {"failurePolicy": "Fail", "timeoutSeconds": 3},
-    "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
+    "webhook": {"failurePolicy": "Fail", "timeoutSeconds": 3, "certManager": {"enabled": True}},
+    "metrics": {
+        "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+        "podMonitor": {"enabled": True},
+    },
+    "networkPolicy": {
+        "enabled": True,
+        "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
+    },
     "serviceAccount": {"name": "custom-operator", "annotations": {"example.com/role": "x"}},
 }
 
@@ -77,18 +89,26 @@ def test_every_rendered_manifest_validates_against_the_kubernetes_schemas(
             kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
         except kubernetes_validate.SchemaNotFoundError:
             unchecked.add(document["kind"])
-    assert unchecked == ({"ServiceMonitor"} if custom else set())
+    assert unchecked == (
+        {"ServiceMonitor", "PodMonitor", "Issuer", "Certificate"} if custom else set()
+    )
     kinds = sorted(d["kind"] for d in documents)
-    expected = [
-        "ClusterRole",
-        "ClusterRoleBinding",
+    common = [
+        *["ClusterRole"] * 2,  # aggregated into edit and view
         "Deployment",
         "MutatingWebhookConfiguration",
-        "Secret",
         "Service",
         "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ]
-    assert kinds == sorted(expected + (["ServiceMonitor"] if custom else []))
+    if custom:
+        extra = ["Role", "Role", "RoleBinding", "RoleBinding", "ServiceMonitor", "PodMonitor"]
+        extra += ["Issuer", "Certificate", "NetworkPolicy"]
+    else:
+        extra = ["Secret", "Secret"]  # the webhook's CA and serving certificate
+        extra += ["ClusterRole", "ClusterRoleBinding"]  # the operator's, cluster-wide
+    assert kinds == sorted(common + extra)
 
 
 def test_the_operator_deployment_is_hardened_and_single(control_plane) -> None:
@@ -121,16 +141,73 @@ def test_values_reach_the_operator_and_the_sidecar(control_plane, values_file) -
     assert env["MCPCACHE_SIDECAR_CACHE_MAX_BYTES"] == "16Mi"
     assert pod["serviceAccountName"] == "custom-operator"
     assert pod["imagePullSecrets"] == [{"name": "registry"}]
-    webhook = by_kind(documents, "MutatingWebhookConfiguration")["webhooks"][0]
+    configuration = by_kind(documents, "MutatingWebhookConfiguration")
+    (webhook,) = configuration["webhooks"]
     assert (webhook["failurePolicy"], webhook["timeoutSeconds"]) == ("Fail", 3)
-    excluded = webhook["namespaceSelector"]["matchExpressions"][0]["values"]
-    assert "mcpcache-system" in excluded
-    assert "kube-system" in excluded
+    assert webhook["objectSelector"] == {"matchLabels": {"mcpcache.io/inject": "true"}}
+    excluded, watched = webhook["namespaceSelector"]["matchExpressions"]
+    assert excluded["operator"] == "NotIn"
+    assert {"mcpcache-system", "kube-system"} <= set(excluded["values"])
+    assert (watched["operator"], watched["values"]) == ("In", ["agents", "tools"])
     monitor = by_kind(documents, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    sidecars = by_kind(documents, "PodMonitor")["spec"]
+    assert sidecars["namespaceSelector"] == {"matchNames": ["agents", "tools"]}
+    assert sidecars["podMetricsEndpoints"][0]["port"] == "mcpcache-prom"
+    # cert-manager issues the certificate and injects its CA; Helm generates neither.
+    assert "caBundle" not in webhook["clientConfig"]
+    annotation = configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    certificate = by_kind(documents, "Certificate")
+    assert annotation == f"mcpcache-system/{certificate['metadata']['name']}"
+    assert certificate["spec"]["secretName"] == "mcpcache-webhook-tls"
+    assert by_kind(documents, "Issuer")["spec"] == {"selfSigned": {}}
+    policy = by_kind(documents, "NetworkPolicy")["spec"]
+    webhook_rule, metrics_rule = policy["ingress"]
+    assert "from" not in webhook_rule, "the API server may come from anywhere"
+    assert metrics_rule["from"] == NON_DEFAULT["networkPolicy"]["metricsFrom"]
 
 
-def test_helm_install_creates_the_objects_and_uninstall_removes_them(control_plane) -> None:
+def rules_for(role: dict[str, Any], resource: str) -> list[dict[str, Any]]:
+    return [r for r in role["rules"] if resource in r["resources"]]
+
+
+def test_configmap_rights_are_by_name_and_namespaced_when_namespaces_are_watched(
+    control_plane, values_file
+) -> None:
+    cluster_wide = render(control_plane, "--show-only", "templates/rbac.yaml")
+    (role,) = [d for d in cluster_wide if d["kind"] == "ClusterRole"]
+    by_name, create = rules_for(role, "configmaps")
+    assert by_name["resourceNames"] == ["mcpcache-servers"]
+    assert "delete" not in by_name["verbs"]
+    assert create == {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}
+
+    scoped = render(control_plane, "-f", str(values_file), "--show-only", "templates/rbac.yaml")
+    assert sorted(d["kind"] for d in scoped) == ["Role", "Role", "RoleBinding", "RoleBinding"]
+    roles = [d for d in scoped if d["kind"] == "Role"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["agents", "tools"]
+    assert rules_for(roles[0], "configmaps")[0]["resourceNames"] == ["mcpcache-servers"]
+
+
+def certificates(pem: bytes) -> list[x509.Certificate]:
+    return x509.load_pem_x509_certificates(pem)
+
+
+def signed_by(leaf: x509.Certificate, bundle: list[x509.Certificate]) -> bool:
+    for authority in bundle:
+        try:
+            leaf.verify_directly_issued_by(authority)
+        except (ValueError, InvalidSignature, TypeError):
+            continue
+        return True
+    return False
+
+
+def days_left(cert: x509.Certificate) -> float:
+    remaining = cert.not_valid_after_utc - datetime.datetime.now(datetime.UTC)
+    return remaining.total_seconds() / 86400
+
+
+def test_helm_install_upgrade_renewal_and_uninstall(control_plane) -> None:
     release, namespace = "pkgtest", "pkgtest-system"
     installed = control_plane.run_helm(
         "install", release, str(CHART), "--namespace", namespace, "--create-namespace"
@@ -141,30 +218,114 @@ def test_helm_install_creates_the_objects_and_uninstall_removes_them(control_pla
     rbac = client.RbacAuthorizationV1Api(api)
     admission = client.AdmissionregistrationV1Api(api)
     fullname = f"{release}-mcpcache"
+
+    def tls() -> tuple[dict[str, str], bytes]:
+        secret = core.read_namespaced_secret(
+            f"{fullname}-webhook-tls", namespace, _request_timeout=30
+        )
+        webhook = admission.read_mutating_webhook_configuration(
+            f"{fullname}-inject", _request_timeout=30
+        )
+        return secret.data, base64.b64decode(webhook.webhooks[0].client_config.ca_bundle)
+
+    def upgrade(*values: str) -> None:
+        args = [a for value in values for a in ("--set", value)]
+        upgraded = control_plane.run_helm("upgrade", release, str(CHART), "-n", namespace, *args)
+        assert "has been upgraded" in upgraded.stdout
+
     try:
         deployment = apps.read_namespaced_deployment(f"{fullname}-operator", namespace)
         assert deployment.spec.template.spec.service_account_name == f"{fullname}-operator"
         core.read_namespaced_service_account(f"{fullname}-operator", namespace)
         core.read_namespaced_service(f"{fullname}-webhook", namespace)
-        secret = core.read_namespaced_secret(f"{fullname}-webhook-tls", namespace)
-        assert set(secret.data) == {"ca.crt", "tls.crt", "tls.key"}
         rbac.read_cluster_role(f"{fullname}-operator")
-        webhook = admission.read_mutating_webhook_configuration(f"{fullname}-inject")
-        assert webhook.webhooks[0].client_config.ca_bundle == secret.data["ca.crt"]
         client.ApiextensionsV1Api(api).read_custom_resource_definition("mcpservers.mcpcache.io")
+        data, bundle = tls()
+        assert set(data) == {"ca.crt", "tls.crt", "tls.key"}
+        assert base64.b64decode(data["ca.crt"]) == bundle
+        (leaf,) = certificates(base64.b64decode(data["tls.crt"]))
+        assert signed_by(leaf, certificates(bundle))
+        assert 364 < days_left(leaf) <= 365, "a one-year serving certificate"
+        assert f"{fullname}-webhook.{namespace}.svc" in str(leaf.extensions)
 
-        upgraded = control_plane.run_helm("upgrade", release, str(CHART), "--namespace", namespace)
-        assert "has been upgraded" in upgraded.stdout
-        again = core.read_namespaced_secret(f"{fullname}-webhook-tls", namespace)
-        assert again.data == secret.data, "an upgrade keeps the webhook certificate"
+        upgrade()
+        assert tls() == (data, bundle), "an upgrade far from expiry keeps the certificate"
+
+        # Within renewBeforeDays of the serving certificate's expiry: renewed, same CA.
+        upgrade("webhook.certificate.renewBeforeDays=400")
+        renewed, same_bundle = tls()
+        assert same_bundle == bundle
+        assert renewed["tls.crt"] != data["tls.crt"]
+        (new_leaf,) = certificates(base64.b64decode(renewed["tls.crt"]))
+        assert signed_by(new_leaf, certificates(bundle))
+
+        # Within renewBeforeDays of the CA's expiry: a new CA, and the old one stays in the
+        # bundle so that the serving certificate still mounted in the pod keeps verifying.
+        upgrade("webhook.certificate.renewBeforeDays=2000")
+        rotated, new_bundle = tls()
+        authorities = certificates(new_bundle)
+        assert len(authorities) == 2
+        assert certificates(bundle)[0] in authorities
+        (rotated_leaf,) = certificates(base64.b64decode(rotated["tls.crt"]))
+        assert signed_by(rotated_leaf, authorities[:1])
+        assert signed_by(new_leaf, authorities)
+
+        # From a release that kept no CA Secret: a new CA, the old one still trusted.
+        core.delete_namespaced_secret(f"{fullname}-webhook-ca", namespace, _request_timeout=30)
+        upgrade()
+        _, from_old = tls()
+        assert certificates(from_old)[1:] == authorities
+        assert certificates(from_old)[0] not in authorities
     finally:
         control_plane.run_helm("uninstall", release, "--namespace", namespace, "--wait")
     for read in (
         lambda: apps.read_namespaced_deployment(f"{fullname}-operator", namespace),
         lambda: rbac.read_cluster_role(f"{fullname}-operator"),
+        lambda: rbac.read_cluster_role(f"{fullname}-edit"),
         lambda: admission.read_mutating_webhook_configuration(f"{fullname}-inject"),
+        lambda: admission.read_validating_admission_policy(f"{fullname}-operator-configmaps"),
         lambda: core.read_namespaced_secret(f"{fullname}-webhook-tls", namespace),
+        lambda: core.read_namespaced_secret(f"{fullname}-webhook-ca", namespace),
     ):
         with pytest.raises(ApiException) as gone:
             read()
         assert gone.value.status == 404
+
+
+def test_namespace_editors_and_viewers_get_mcpserver_rights(control_plane, crd) -> None:
+    """The aggregated roles, bound directly (the test API server runs no controller that
+    aggregates them into edit and view): editors manage MCPServers, viewers read them."""
+    documents = render(control_plane, "--show-only", "templates/aggregate-roles.yaml")
+    labels = {d["metadata"]["name"]: d["metadata"]["labels"] for d in documents}
+    assert labels["mcpcache-edit"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert labels["mcpcache-edit"]["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    assert labels["mcpcache-view"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    manifest = control_plane.dir / "aggregate-roles.yaml"
+    manifest.write_text(yaml.safe_dump_all(documents))
+    control_plane.run_kubectl("apply", "-f", str(manifest))
+    namespace = f"team-{uuid.uuid4().hex[:8]}"
+    control_plane.run_kubectl("create", "namespace", namespace)
+    for role, user in (("mcpcache-edit", "alice"), ("mcpcache-view", "bob")):
+        control_plane.run_kubectl(
+            "create",
+            "rolebinding",
+            user,
+            f"--clusterrole={role}",
+            f"--user={user}",
+            "-n",
+            namespace,
+        )
+
+    def can(user: str, verb: str, resource: str = "mcpservers.mcpcache.io", *more: str) -> bool:
+        answer = control_plane.run_kubectl(
+            "auth", "can-i", verb, resource, f"--as={user}", "-n", namespace, *more, check=False
+        )
+        return answer.stdout.strip() == "yes"
+
+    assert can("alice", "create")
+    assert can("alice", "delete")
+    assert not can("alice", "patch", "mcpservers.mcpcache.io", "--subresource=status")
+    assert can("bob", "list")
+    assert can("bob", "watch")
+    assert not can("bob", "create")
+    assert not can("bob", "list", "configmaps")

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import httpx
+import psutil
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from .controlplane import Authority, ControlPlane
 from .serving import end_process_group, free_port, wait_until
@@ -18,13 +26,24 @@ SIDECAR_IMAGE = "example.test/mcpcache:under-test"
 
 
 class OperatorProcess:
-    def __init__(self, kubeconfig: Path, webhook_ca: Authority) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        webhook_tls: Authority | tuple[bytes, bytes],
+        namespaces: tuple[str, ...] = (),
+    ) -> None:
+        """`webhook_tls` is a CA to issue a serving certificate for 127.0.0.1, or a
+        certificate and key (PEM) to serve as they are."""
         self.kubeconfig = kubeconfig
+        self.namespaces = namespaces
         self.dir = Path(tempfile.mkdtemp(prefix="mcpcache-operator-"))
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.webhook_port = free_port()
-        cert, key = webhook_ca.issue("mcpcache-webhook", hosts=("127.0.0.1",))
+        if isinstance(webhook_tls, Authority):
+            cert, key = webhook_tls.issue("mcpcache-webhook", hosts=("127.0.0.1",))
+        else:
+            cert, key = webhook_tls
         self.cert_file = self.dir / "tls.crt"
         self.key_file = self.dir / "tls.key"
         self.cert_file.write_bytes(cert)
@@ -41,6 +60,7 @@ class OperatorProcess:
             "MCPCACHE_WEBHOOK_CERT": str(self.cert_file),
             "MCPCACHE_WEBHOOK_KEY": str(self.key_file),
             "MCPCACHE_SIDECAR_IMAGE": SIDECAR_IMAGE,
+            "MCPCACHE_NAMESPACES": ",".join(self.namespaces),
         }
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(
@@ -63,7 +83,8 @@ class OperatorProcess:
         if self.process.poll() is not None:
             raise RuntimeError(f"operator exited:\n{self.log_tail()}")
         try:
-            return httpx.get(f"http://127.0.0.1:{self.health_port}/healthz").status_code == 200
+            url = f"http://127.0.0.1:{self.health_port}/healthz"
+            return httpx.get(url, timeout=5).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -75,7 +96,15 @@ class OperatorProcess:
         return "\n".join(text.splitlines()[-lines:])
 
     def metrics(self) -> str:
-        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics").text
+        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+
+    def sample(self, name: str, **labels: str) -> float | None:
+        """One sample of the operator's /metrics, or None when it is not there."""
+        for family in text_string_to_metric_families(self.metrics()):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == labels:
+                    return float(sample.value)
+        return None
 
     def stop(self) -> None:
         if self.process is not None:
@@ -83,20 +112,145 @@ class OperatorProcess:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def install_operator_rbac(plane: ControlPlane, chart: Path, namespace: str) -> Path:
-    """Apply the chart's ServiceAccount and RBAC only; return that account's kubeconfig."""
-    rendered = plane.run_helm(
-        "template",
-        "mcpcache",
-        str(chart),
-        "--namespace",
-        namespace,
-        "--show-only",
-        "templates/serviceaccount.yaml",
-        "--show-only",
-        "templates/rbac.yaml",
-    ).stdout
-    manifest = plane.dir / "operator-rbac.yaml"
-    manifest.write_text(rendered)
+RELEASE = "mcpcache"
+OPERATOR_NAMESPACE = "mcpcache-system"
+
+
+def service_account(release: str) -> str:
+    """The operator's service account in a release of the chart (see _helpers.tpl)."""
+    fullname = release if "mcpcache" in release else f"{release}-mcpcache"
+    return f"{fullname}-operator"
+
+
+def render_chart(
+    plane: ControlPlane,
+    chart: Path,
+    namespace: str,
+    *templates: str,
+    values: tuple[str, ...] = (),
+    release: str = RELEASE,
+) -> list[dict[str, Any]]:
+    """The chart's documents from `templates` (all when none), rendered by helm."""
+    args = ["template", release, str(chart), "--namespace", namespace]
+    for template in templates:
+        args += ["--show-only", f"templates/{template}"]
+    for value in values:
+        args += ["--set", value]
+    rendered = plane.run_helm(*args).stdout
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def apply(plane: ControlPlane, documents: list[dict[str, Any]], name: str) -> None:
+    manifest = plane.dir / f"{name}.yaml"
+    manifest.write_text(yaml.safe_dump_all(documents))
     plane.run_kubectl("apply", "-f", str(manifest))
-    return plane.service_account_kubeconfig(namespace, "mcpcache-operator")
+
+
+def install_operator_rbac(
+    plane: ControlPlane,
+    chart: Path,
+    namespace: str,
+    values: tuple[str, ...] = (),
+    release: str = RELEASE,
+    may_create_in: str | None = None,
+) -> Path:
+    """Apply the chart's ServiceAccount, RBAC and admission policy only; return that
+    account's kubeconfig. The policy is in force when this returns (checked in
+    `may_create_in`, a namespace where RBAC lets the account create; default: its own)."""
+    documents = render_chart(
+        plane,
+        chart,
+        namespace,
+        "serviceaccount.yaml",
+        "rbac.yaml",
+        "admissionpolicy.yaml",
+        values=values,
+        release=release,
+    )
+    apply(plane, documents, f"operator-rbac-{release}")
+    kubeconfig = plane.service_account_kubeconfig(namespace, service_account(release))
+    probe = may_create_in or namespace
+    wait_until(lambda: _policy_refuses(plane, kubeconfig, probe), 30, "the admission policy")
+    return kubeconfig
+
+
+def _policy_refuses(plane: ControlPlane, kubeconfig: Path, namespace: str) -> bool:
+    """Whether the admission policy already refuses the operator another ConfigMap
+    (asked with a server-side dry run, which creates nothing)."""
+    result = plane.run_kubectl(
+        "create",
+        "configmap",
+        "not-the-operators",
+        "-n",
+        namespace,
+        "--dry-run=server",
+        kubeconfig=kubeconfig,
+        check=False,
+    )
+    return result.returncode != 0 and "may create only" in result.stderr
+
+
+def node_address() -> str:
+    """A local IPv4 address other than loopback (an EndpointSlice may not hold loopback)."""
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family == socket.AF_INET and not address.address.startswith("127."):
+                return str(address.address)
+    raise RuntimeError("the chart's webhook test needs a non-loopback IPv4 address")
+
+
+class ChartWebhook:
+    """The chart's webhook as installed: its Secret (the generated CA and serving
+    certificate), Service and MutatingWebhookConfiguration, applied unchanged but for a
+    Fail policy. The API server reaches the Service through an EndpointSlice that points
+    at the operator process on this machine's address."""
+
+    def __init__(self, plane: ControlPlane, chart: Path, namespace: str) -> None:
+        self.plane = plane
+        self.namespace = namespace
+        values = ("webhook.failurePolicy=Fail", "webhook.timeoutSeconds=10")
+        self.documents = render_chart(
+            plane, chart, namespace, "webhook.yaml", "service.yaml", values=values
+        )
+        (tls,) = [d for d in self.documents if d["metadata"]["name"].endswith("-webhook-tls")]
+        self.certificate = (
+            base64.b64decode(tls["data"]["tls.crt"]),
+            base64.b64decode(tls["data"]["tls.key"]),
+        )
+        (self.service,) = [d for d in self.documents if d["kind"] == "Service"]
+        (configuration,) = [
+            d for d in self.documents if d["kind"] == "MutatingWebhookConfiguration"
+        ]
+        self.name = str(configuration["metadata"]["name"])
+
+    def install(self, port: int) -> None:
+        """Apply it all, with the Service's endpoint at `port` on this machine."""
+        service = self.service["metadata"]["name"]
+        endpoints = {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": f"{service}-local",
+                "namespace": self.namespace,
+                "labels": {"kubernetes.io/service-name": service},
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [node_address()], "conditions": {"ready": True}}],
+            "ports": [{"name": "webhook", "port": port, "protocol": "TCP"}],
+        }
+        apply(self.plane, [*self.documents, endpoints], "webhook")
+        wait_until(self.answers, 30, "the API server to call the chart's webhook")
+
+    def answers(self) -> bool:
+        """Whether the API server already calls the webhook: a labelled pod, created as a
+        dry run (nothing is stored), comes back with the sidecar."""
+        core = client.CoreV1Api(self.plane.api_client())
+        pod = {
+            "metadata": {"name": "probe", "labels": {"mcpcache.io/inject": "true"}},
+            "spec": {"containers": [{"name": "agent", "image": "agent:1"}]},
+        }
+        try:
+            created = core.create_namespaced_pod("default", pod, dry_run="All", _request_timeout=30)
+        except ApiException:
+            return False
+        return bool(created.spec.init_containers)

@@ -8,13 +8,14 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from mcpcache.sidecar.config import Server, parse_config
+from mcpcache.sidecar.config import RESOURCE_GROUP as GROUP
+from mcpcache.sidecar.config import RESOURCE_PLURAL as PLURAL
+from mcpcache.sidecar.config import RESOURCE_VERSION as VERSION
+from mcpcache.sidecar.config import Server, parse_servers_file
 
 from .controlplane import ControlPlane
 
-GROUP, VERSION, PLURAL = "mcpcache.io", "v1alpha1", "mcpservers"
-INJECTED_LABEL = "mcpcache-test"
-"""Namespaces labelled with this set to "true" have their pods sent to the test webhook."""
+__all__ = ["GROUP", "PLURAL", "VERSION", "configured_servers", "mcpserver", "new_namespace"]
 
 
 def mcpserver(name: str, url: str = "http://docs.tools.svc:8000/mcp", **cache: Any) -> dict:
@@ -40,8 +41,10 @@ def new_namespace(plane: ControlPlane, prefix: str, labels: dict[str, str] | Non
 def configured_servers(core: client.CoreV1Api, namespace: str) -> dict[str, Server] | None:
     """The servers in the namespace's sidecar ConfigMap, or None while there is none."""
     try:
-        configmap = core.read_namespaced_config_map("mcpcache-servers", namespace)
+        configmap = core.read_namespaced_config_map(
+            "mcpcache-servers", namespace, _request_timeout=30
+        )
     except ApiException:
         return None
-    config = parse_config(configmap.data["config.yaml"], environ={})
+    config = parse_servers_file(configmap.data["config.yaml"], environ={})
     return {server.name: server for server in config.servers}

@@ -103,3 +103,26 @@ def test_a_bad_environment_value_is_a_config_error() -> None:
 def test_invalid_files_are_refused_with_a_reason(text: str, complaint: str) -> None:
     with pytest.raises(ConfigError, match=complaint):
         parse_config(text, environ={})
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:3500/mcp/docs", "http://localhost:3500/mcp", "http://[::1]:3500/x"],
+)
+def test_a_server_pointing_at_the_sidecars_own_listener_is_refused(url: str) -> None:
+    with pytest.raises(ConfigError, match="own listener"):
+        parse_config(f"servers: [{{name: loop, url: '{url}'}}]", environ={})
+
+
+def test_the_listen_port_from_the_environment_counts_for_the_loop_check() -> None:
+    text = "servers: [{name: s, url: 'http://127.0.0.1:4000/mcp'}]"
+    assert parse_config(text, environ={})
+    with pytest.raises(ConfigError, match="own listener"):
+        parse_config(text, environ={"MCPCACHE_LISTEN_PORT": "4000"})
+
+
+def test_identity_headers_are_lowered_and_must_be_header_names() -> None:
+    text = "servers: [{name: s, url: 'http://u/mcp', cache: {identityHeaders: [X-Tenant]}}]"
+    assert parse_config(text, environ={}).servers[0].cache.identity_headers == ("x-tenant",)
+    with pytest.raises(ConfigError, match="not an HTTP header name"):
+        parse_config(text.replace("X-Tenant", "'bad header'"), environ={})

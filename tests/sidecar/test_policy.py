@@ -84,7 +84,8 @@ def test_the_key_depends_on_the_caller_and_the_credential() -> None:
     ],
 )
 def test_response_refusal(status: int, headers: dict[str, str], reason: str | None) -> None:
-    assert policy.response_refusal(server(), status, headers, event_stream=False) == reason
+    lookup = policy.Lookup("k", 30.0, "docs")
+    assert policy.response_refusal(server(), lookup, status, headers, event_stream=False) == reason
 
 
 def lookup(cached: Server, **params: Any) -> policy.Lookup:
@@ -170,3 +171,39 @@ def test_only_read_only_tools_caches_what_a_listing_called_read_only() -> None:
     assert decide("get") == policy.Bypass("not_read_only"), "one listing saying no is enough"
     listing = plan(ruled, request("tools/list"), {}, hints=hints)
     assert listing == policy.Bypass("method", learn_tools=True)
+
+
+def test_no_cache_on_an_event_stream_is_the_streams_convention_not_a_refusal() -> None:
+    lookup = policy.Lookup("k", 30.0, "docs")
+    no_cache = {"cache-control": "no-cache, no-transform"}
+    assert policy.response_refusal(server(), lookup, 200, no_cache, event_stream=True) is None
+    no_store = {"cache-control": "no-store"}
+    refusal = policy.response_refusal(server(), lookup, 200, no_store, event_stream=True)
+    assert refusal == "no_store"
+
+
+def test_headers_that_look_like_credentials_are_keyed_even_when_not_listed() -> None:
+    message = request(name="t", arguments={})
+    keys = {
+        plan(server(identityHeaders=["authorization"]), message, headers).key
+        for headers in ({"x-auth-token": "alice"}, {"x-auth-token": "bob"}, {"x-tenant-id": "a"})
+    }
+    assert len(keys) == 3
+    neutral = {
+        plan(server(), message, headers).key
+        for headers in ({"user-agent": "a"}, {"user-agent": "b"}, {"x-request-id": "1"})
+    }
+    assert len(neutral) == 1
+
+
+def test_routing_headers_sent_twice_are_refused() -> None:
+    message = request(name="t", arguments={})
+    raw = [("mcp-name", "t"), ("mcp-name", "other")]
+    with pytest.raises(policy.RequestRefused):
+        policy.plan(server(), message, {"mcp-name": "t, other"}, raw, "agent")
+
+
+def test_a_session_is_scoped_to_its_server() -> None:
+    assert policy.session_scope(server(), "s") != policy.session_scope(
+        Server.model_validate({"name": "other", "url": "http://o/mcp"}), "s"
+    )

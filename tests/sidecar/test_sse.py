@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import pytest
 
+from mcpcache.sidecar.capture import ResponseCapture
 from mcpcache.sidecar.sse import Event, EventDecoder
 
 STREAM = b'id: 1\nevent: message\ndata: {"a":1}\n\n: comment\ndata: x\ndata: y\n\n'
 
 
-def decode(chunks: list[bytes], max_line: int = 1 << 16) -> list[Event]:
-    decoder = EventDecoder(max_line)
-    events = [event for chunk in chunks for event in decoder.feed(chunk)]
-    return events + decoder.close()
+def decode(chunks: list[bytes], max_event: int = 1 << 16) -> list[Event]:
+    decoder = EventDecoder(max_event)
+    return [event for chunk in chunks for event in decoder.feed(chunk)]
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 7, len(STREAM)])
 def test_events_are_the_same_whatever_the_chunking(size: int) -> None:
     chunks = [STREAM[i : i + size] for i in range(0, len(STREAM), size)]
-    assert decode(chunks) == [Event(b'{"a":1}', True), Event(b"x\ny", False)]
+    assert decode(chunks) == [Event(b'{"a":1}', True, name=b"message"), Event(b"x\ny", False)]
 
 
 @pytest.mark.parametrize("end", [b"\r\n", b"\r", b"\n"])
@@ -32,8 +32,8 @@ def test_a_crlf_split_across_chunks_is_one_line_end() -> None:
     assert decode([b"data: a\r", b"\n\r", b"\n"]) == [Event(b"a", False)]
 
 
-def test_an_overlong_event_is_reported_truncated_and_not_kept() -> None:
-    decoder = EventDecoder(max_line=100)
+def test_an_overlong_line_is_reported_truncated_and_not_kept() -> None:
+    decoder = EventDecoder(max_event=100)
     events = decoder.feed(b"data: " + b"x" * 60)
     events += decoder.feed(b"x" * 60)
     assert decoder._pending_size == 0  # nothing of the overlong line is held
@@ -41,9 +41,29 @@ def test_an_overlong_event_is_reported_truncated_and_not_kept() -> None:
     assert events == [Event(b"", False, truncated=True), Event(b"next", False)]
 
 
-def test_an_unterminated_last_event_is_delivered_at_the_end() -> None:
-    assert decode([b"data: last"]) == [Event(b"last", False)]
+def test_an_event_of_many_lines_is_bounded_as_a_whole() -> None:
+    decoder = EventDecoder(max_event=100)
+    events = [e for _ in range(50) for e in decoder.feed(b"data: " + b"x" * 40 + b"\n")]
+    assert decoder._data == []  # nothing of the overlong event is held
+    events += decoder.feed(b"\ndata: next\n\n")
+    assert events == [Event(b"", False, truncated=True), Event(b"next", False)]
+
+
+def test_an_event_cut_off_by_the_end_of_the_body_is_not_dispatched() -> None:
+    assert decode([b"data: last\n"]) == []
+
+
+def test_the_event_name_is_reported() -> None:
+    assert decode([b"event: other\ndata: x\n\n"]) == [Event(b"x", False, name=b"other")]
 
 
 def test_an_id_without_data_still_marks_the_stream_resumable() -> None:
     assert decode([b"id: 7\n\n"]) == [Event(b"", True)]
+
+
+def test_a_capture_judges_only_message_events() -> None:
+    """An upstream can put a fake final answer in an event clients never dispatch."""
+    capture = ResponseCapture(1, event_stream=True, max_size=1 << 16)
+    capture.feed(b'event: other\ndata: {"jsonrpc":"2.0","id":1,"result":{"v":"fake"}}\n\n')
+    capture.feed(b'event: message\ndata: {"jsonrpc":"2.0","id":1,"result":{"v":"real"}}\n\n')
+    assert capture.finish().result == b'{"v":"real"}'

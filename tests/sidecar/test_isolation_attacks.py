@@ -1,0 +1,429 @@
+"""Isolation under attack: each test replays one way a caller could read, or poison,
+another caller's answer, against the real sidecar and an upstream that behaves as the
+attack needs (an SDK server where it can, a raw echoing peer where it cannot)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import socket
+import tracemalloc
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from peers.clients import LEGACY, call_body, call_headers, mcp_client, post
+from peers.echo import EchoUpstream, who_answered
+from peers.serving import ServedApp, async_wait_until, served
+from peers.sidecar import RunningSidecar, one_server
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[tuple[EchoUpstream, ServedApp]]:
+    peer = EchoUpstream()
+    with served(peer, lifespan="off") as app:
+        yield peer, app
+
+
+@pytest.fixture
+def sidecar_on_echo(make_sidecar, echo) -> RunningSidecar:
+    sidecar: RunningSidecar = make_sidecar(one_server(echo[1].base_url + "/mcp", name="echo"))
+    return sidecar
+
+
+async def call(
+    sidecar: RunningSidecar, arguments: dict[str, Any], request_id: Any = 1, **headers: str
+) -> httpx.Response:
+    extra = {name.replace("_", "-"): value for name, value in headers.items()}
+    return await post(
+        sidecar.url("echo"), call_body(request_id, "t", arguments), call_headers("t", **extra)
+    )
+
+
+def unique() -> str:
+    return uuid.uuid4().hex
+
+
+async def test_a_cookie_one_caller_was_given_never_reaches_another(sidecar_on_echo, echo) -> None:
+    peer, _ = echo
+    cookie = [["set-cookie", "session=alice-secret; Path=/"]]
+    alice = await call(
+        sidecar_on_echo, {"q": unique(), "respond_headers": cookie}, authorization="Bearer alice"
+    )
+    assert alice.headers["set-cookie"] == "session=alice-secret; Path=/"  # hers, untouched
+    bob = await call(sidecar_on_echo, {"q": unique()}, authorization="Bearer bob")
+    assert who_answered(bob.json())["who"]["cookie"] is None
+    assert "cookie" not in peer.seen[-1]
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "x-api-key",
+        # Not listed in identityHeaders, but named like credentials: keyed all the same.
+        "x-auth-token",
+        "x-tenant-id",
+    ],
+)
+async def test_users_told_apart_by_any_identity_header_never_share_an_entry(
+    sidecar_on_echo, echo, header: str
+) -> None:
+    peer, _ = echo
+    arguments = {"q": unique()}
+    first = await call(sidecar_on_echo, arguments, **{header: "user-one"})
+    calls = peer.calls
+    second = await call(sidecar_on_echo, arguments, **{header: "user-two"})
+    assert peer.calls == calls + 1, "another user's call must reach the upstream"
+    assert who_answered(second.json())["who"][header] == "user-two"
+    again = await call(sidecar_on_echo, arguments, **{header: "user-one"})
+    assert again.headers["cache-status"] == "mcpcache; hit"
+    assert again.json()["result"] == first.json()["result"]
+    assert peer.calls == calls + 1
+
+
+async def test_configured_identity_headers_separate_users(make_sidecar, echo) -> None:
+    _peer, app = echo
+    sidecar = make_sidecar(
+        one_server(app.base_url + "/mcp", name="echo", identityHeaders=["X-Tenant"])
+    )
+    arguments = {"q": unique()}
+    await call(sidecar, arguments, x_tenant="a")
+    second = await call(sidecar, arguments, x_tenant="b")
+    assert second.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    assert (await call(sidecar, arguments, x_tenant="a")).headers["cache-status"] == "mcpcache; hit"
+
+
+@pytest.mark.parametrize(
+    ("headers", "detail"),
+    [
+        ([["cache-control", "no-store"]], "no-store"),
+        ([["cache-control", "private, max-age=60"]], "no-store"),
+        ([["cache-control", "no-cache"]], "no-cache"),
+        ([["cache-control", "max-age=0"]], "no-cache"),
+        ([["cache-control", "public, s-maxage=0, max-age=60"]], "no-cache"),
+        ([["vary", "X-Forwarded-User"]], "vary"),
+        ([["vary", "*"]], "vary"),
+        ([["vary", "Authorization"], ["vary", "X-Other"]], "vary"),
+        ([["set-cookie", "lb=1"]], "set-cookie"),
+    ],
+)
+async def test_answers_a_shared_cache_must_not_keep_are_not_stored(
+    sidecar_on_echo, echo, headers: list[list[str]], detail: str
+) -> None:
+    peer, _ = echo
+    arguments = {"q": unique(), "respond_headers": headers}
+    for request_id in (1, 2):
+        response = await call(sidecar_on_echo, arguments, request_id, authorization="Bearer a")
+        assert response.headers["cache-status"] == f"mcpcache; fwd=miss; detail={detail}"
+    assert who_answered(response.json())["call"] == peer.calls  # the second went upstream
+    reason = detail.replace("-", "_")
+    assert sidecar_on_echo.sample("mcpcache_not_stored_total", server="echo", reason=reason) == 2
+    assert len(sidecar_on_echo.sidecar.cache) == 0
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [["vary", "Authorization, Accept-Encoding"]],
+        [["vary", "mcp-protocol-version"]],
+        [["cache-control", "public, max-age=60"]],
+    ],
+)
+async def test_answers_varying_only_on_what_the_key_holds_are_stored(
+    sidecar_on_echo, headers: list[list[str]]
+) -> None:
+    arguments = {"q": unique(), "respond_headers": headers}
+    first = await call(sidecar_on_echo, arguments)
+    assert first.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    assert (await call(sidecar_on_echo, arguments, 2)).headers["cache-status"] == "mcpcache; hit"
+
+
+async def test_max_age_shortens_the_entry_and_the_hit_carries_no_upstream_cookie(
+    make_sidecar, echo
+) -> None:
+    _, app = echo
+    sidecar = make_sidecar(
+        one_server(app.base_url + "/mcp", name="echo", ttl="60s", ignoreSetCookie=True)
+    )
+    arguments = {
+        "q": unique(),
+        "respond_headers": [["cache-control", "max-age=7"], ["set-cookie", "lb=node-3"]],
+    }
+    miss = await call(sidecar, arguments)
+    assert miss.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    assert miss.headers["set-cookie"] == "lb=node-3"
+    (entry,) = sidecar.sidecar.cache.values()
+    assert entry.expires_at - entry.stored_at == pytest.approx(7)
+    hit = await call(sidecar, arguments, 2)
+    assert hit.headers["cache-status"] == "mcpcache; hit"
+    assert "set-cookie" not in hit.headers
+
+
+async def test_protocol_versions_never_share_an_entry(sidecar_on_echo, echo) -> None:
+    peer, _ = echo
+    arguments = {"q": unique()}
+    await call(sidecar_on_echo, arguments, mcp_protocol_version="2026-07-28")
+    calls = peer.calls
+    other = await call(sidecar_on_echo, arguments, mcp_protocol_version="2025-11-25")
+    assert peer.calls == calls + 1
+    assert who_answered(other.json())["who"]["mcp-protocol-version"] == "2025-11-25"
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ("18446744073709551617", "18446744073709551618"),
+        ("0.1", "0.10000000000000000555"),
+        ("123456789012345678901234567890", "123456789012345678901234567891"),
+    ],
+)
+async def test_numbers_a_double_cannot_hold_never_share_an_entry(
+    sidecar_on_echo, echo, one: str, other: str
+) -> None:
+    peer, _app = echo
+    calls = peer.calls
+    statuses = []
+    for number in (one, other):
+        body = (
+            '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":'
+            '{"name":"t","arguments":{"account":' + number + "}}}"
+        )
+        async with httpx.AsyncClient(timeout=30) as http:
+            response = await http.post(
+                sidecar_on_echo.url("echo"), content=body, headers=call_headers("t")
+            )
+        statuses.append(response.headers["cache-status"])
+    assert peer.calls == calls + 2
+    if one == "0.1":
+        assert statuses == ["mcpcache; fwd=miss; stored", "mcpcache; fwd=request"]
+    else:
+        assert statuses == ["mcpcache; fwd=request"] * 2
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [("authorization", "Bearer a"), ("authorization", "Bearer b")],
+        [("x-api-key", "k1"), ("x-api-key", "k2")],
+        [("authorization", "Bearer a"), ("connection", "authorization")],
+        [("mcp-session-id", "s"), ("connection", "keep-alive, Mcp-Session-Id")],
+    ],
+)
+async def test_ambiguous_credentials_are_refused(sidecar_on_echo, echo, headers) -> None:
+    peer, _ = echo
+    calls = peer.calls
+    base = list(call_headers("t").items())
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(
+            sidecar_on_echo.url("echo"),
+            content=httpx.Request("POST", "/", json=call_body(1, "t", {})).read(),
+            headers=base + headers,
+        )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == -32600
+    assert response.json()["id"] == 1
+    assert peer.calls == calls
+
+
+async def test_task_requests_and_task_results_are_never_cached(sidecar_on_echo, echo) -> None:
+    _peer, _ = echo
+    body = call_body(1, "t", {"q": unique()})
+    body["params"]["task"] = {"ttl": 60000}
+    statuses = [
+        (await post(sidecar_on_echo.url("echo"), body, call_headers("t"))).headers["cache-status"]
+        for _ in range(2)
+    ]
+    assert statuses == ["mcpcache; fwd=request"] * 2
+    handle = {"resultType": "task", "task": {"taskId": unique(), "status": "working"}}
+    for request_id in (1, 2):
+        response = await call(sidecar_on_echo, {"q": "x", "result": handle}, request_id)
+        assert response.headers["cache-status"] == "mcpcache; fwd=miss; detail=task"
+    assert len(sidecar_on_echo.sidecar.cache) == 0
+
+
+async def test_origin_null_is_refused(sidecar_on_echo, echo) -> None:
+    peer, _ = echo
+    calls = peer.calls
+    response = await call(sidecar_on_echo, {"q": "x"}, origin="null")
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == -32005
+    assert peer.calls == calls
+
+
+async def test_a_request_that_already_passed_this_sidecar_is_refused(sidecar_on_echo, echo) -> None:
+    peer, _ = echo
+    await call(sidecar_on_echo, {"q": unique()})
+    via = peer.seen[-1]["via"]
+    calls = peer.calls
+    looped = await call(sidecar_on_echo, {"q": unique()}, via=f"1.1 proxy.example, {via}")
+    assert looped.status_code == 508
+    assert peer.calls == calls
+
+
+async def test_legacy_session_answers_stay_in_their_session(make_sidecar, upstream) -> None:
+    _, app = upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp"))
+    text = unique()
+    async with mcp_client(sidecar.url("s"), mode=LEGACY) as client:
+        cached = (await client.call_tool("echo", {"text": text})).content[0].text
+        # The same call under a forged session id, and under none: never the session's
+        # cached answer (the upstream decides what they get).
+        for forged in ({"mcp-session-id": "forged-" + unique()}, {}):
+            body = call_body(9, "echo", {"text": text})
+            response = await post(sidecar.url("s"), body, call_headers("echo") | forged)
+            assert response.headers.get("cache-status") != "mcpcache; hit"
+            assert cached not in response.text
+    # Leaving the client ends the session (DELETE): its entry goes with it.
+    await async_wait_until(
+        lambda: sidecar.sample("mcpcache_cache_evictions_total", reason="purged") == 1,
+        what="the session's entry to be dropped",
+    )
+
+
+@pytest.mark.parametrize("in_lines", [False, True], ids=["one-line", "many-lines"])
+async def test_one_huge_event_is_relayed_without_being_held(make_sidecar, echo, in_lines) -> None:
+    _, app = echo
+    sidecar = make_sidecar({"servers": [{"name": "echo", "url": app.base_url + "/mcp"}]})
+    size = 30 << 20
+    gc.collect()
+    tracemalloc.start()
+    try:
+        received = 0
+        async with (
+            httpx.AsyncClient(timeout=60) as http,
+            http.stream(
+                "POST",
+                sidecar.url("echo"),
+                json=call_body(1, "t", {"huge_event": size, "in_lines": in_lines}),
+                headers=call_headers("t"),
+            ) as response,
+        ):
+            async for chunk in response.aiter_raw():
+                received += len(chunk)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert received > size
+    assert peak < 8 << 20, f"relaying one {size >> 20} MiB event held {peak >> 20} MiB"
+
+
+async def test_connections_that_never_finish_their_headers_are_closed(make_sidecar, echo) -> None:
+    _, app = echo
+    document = one_server(app.base_url + "/mcp", name="echo") | {"headerTimeout": "300ms"}
+    sidecar = make_sidecar(document)
+    for port in (sidecar.port, sidecar.metrics_port):
+        sockets = []
+        for _ in range(20):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            sock.sendall(b"POST /mcp/echo HTTP/1.1\r\nHost: localhost\r\n")
+            sockets.append(sock)
+        try:
+            loop = asyncio.get_running_loop()
+            for sock in sockets:
+                assert await asyncio.wait_for(loop.run_in_executor(None, sock.recv, 1), 5) == b""
+        finally:
+            for sock in sockets:
+                sock.close()
+    # The listener still serves well-behaved callers.
+    assert (await call(sidecar, {"q": unique()})).status_code == 200
+
+
+async def test_answers_to_a_reused_id_in_one_session_are_never_stored(
+    sidecar_on_echo, echo
+) -> None:
+    """Two users of one legacy session send id 7 at once: a server routing answers by id
+    may give either answer to either request, so neither may be stored."""
+    peer, _ = echo
+    gate = unique()
+    calls = peer.calls
+    session = "shared-" + unique()
+    requests = [
+        call(
+            sidecar_on_echo,
+            {"q": unique(), "hold": gate},
+            7,
+            authorization=who,
+            mcp_session_id=session,
+        )
+        for who in ("Bearer mallory", "Bearer bob")
+    ]
+    pending = asyncio.gather(*requests)
+    await async_wait_until(lambda: peer.calls == calls + 2, what="both calls upstream")
+    peer.gate(gate).set()
+    for response in await asyncio.wait_for(pending, 10):
+        assert response.headers["cache-status"] == "mcpcache; fwd=miss; detail=id-reused"
+    assert len(sidecar_on_echo.sidecar.cache) == 0
+    assert len(sidecar_on_echo.sidecar.proxy.flights) == 0
+
+
+async def test_an_answer_a_hit_could_not_repeat_exactly_is_not_stored(sidecar_on_echo) -> None:
+    balance = 2**70 + 1
+    result = f'{{"content": [{{"type": "text", "text": "b"}}], "balance": {balance}}}'
+    for request_id in (1, 2):
+        arguments = {"q": unique(), "result_json": result}
+        response = await call(sidecar_on_echo, arguments, request_id)
+        assert response.headers["cache-status"] == "mcpcache; fwd=miss; detail=inexact-number"
+        assert str(balance) in response.text
+
+
+IDENTITY = st.fixed_dictionaries(
+    {},
+    optional={
+        "authorization": st.sampled_from(["Bearer a", "Bearer b"]),
+        "x-api-key": st.sampled_from(["k1", "k2"]),
+        "cookie": st.sampled_from(["s=1", "s=2"]),
+        "mcp-session-id": st.sampled_from(["session-1", "session-2"]),
+        "mcp-protocol-version": st.sampled_from(["2026-07-28", "2025-11-25"]),
+    },
+)
+CALLS = st.lists(
+    st.tuples(IDENTITY, st.sampled_from([1, 2, 2**64 + 1, 2**64 + 2, 0.5]), st.integers(0, 99)),
+    min_size=1,
+    max_size=10,
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(batches=st.lists(CALLS, min_size=1, max_size=3))
+def no_answer_is_ever_one_produced_for_another_identity(sidecar_on_echo, batches) -> None:
+    run = unique()
+
+    async def one(http: httpx.AsyncClient, who: dict[str, str], number: Any, rid: int) -> None:
+        body = (
+            f'{{"jsonrpc":"2.0","id":{rid},"method":"tools/call","params":{{"name":"t",'
+            f'"arguments":{{"run":"{run}","n":{number}}}}}}}'
+        )
+        response = await http.post(
+            sidecar_on_echo.url("echo"), content=body, headers=call_headers("t") | who
+        )
+        answer = response.json()
+        assert answer["id"] == rid
+        seen = who_answered(answer)
+        for name in ("authorization", "x-api-key", "cookie", "mcp-session-id"):
+            assert seen["who"][name] == who.get(name)
+        assert seen["who"]["mcp-protocol-version"] == who.get("mcp-protocol-version", "2026-07-28")
+        assert str(seen["arguments"]["n"]) == str(number)
+
+    async def main() -> None:
+        async with httpx.AsyncClient(timeout=30) as http:
+            for batch in batches:
+                await asyncio.gather(*(one(http, *item) for item in batch))
+
+    asyncio.run(main())
+
+
+def test_no_answer_is_ever_one_produced_for_another_identity(sidecar_on_echo) -> None:
+    no_answer_is_ever_one_produced_for_another_identity(sidecar_on_echo)
+    # The property must have been exercised on hits, or it proves nothing.
+    hits = sidecar_on_echo.sample(
+        "mcpcache_requests_total", server="echo", method="tools/call", outcome="hit"
+    )
+    assert hits > 0

@@ -7,6 +7,7 @@ sidecar has learned of the server's tools. The proxy asks; nothing else decides.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -149,12 +150,18 @@ def tool_bypass(
 def keyed_headers(server: Server, headers: Mapping[str, str]) -> frozenset[str]:
     """Every request header the key depends on: the configured identity headers, any
     header present whose name looks like a credential, the session and the version."""
+    return _keyed(server.cache.identity_headers, tuple(headers))
+
+
+@functools.lru_cache(maxsize=512)
+def _keyed(identity_headers: tuple[str, ...], present: tuple[str, ...]) -> frozenset[str]:
+    # Memoised: a client sends the same header names on every call.
     looks_like = {
         name
-        for name in headers
+        for name in present
         if CREDENTIAL_LIKE.search(name) is not None and name not in _NOT_CREDENTIALS
     }
-    return frozenset({*server.cache.identity_headers, *looks_like, SESSION_HEADER, PROTOCOL_HEADER})
+    return frozenset({*identity_headers, *looks_like, SESSION_HEADER, PROTOCOL_HEADER})
 
 
 def session_scope(server: Server, session_id: str) -> str:
@@ -200,8 +207,11 @@ def plan(
         return Bypass(reason, rule.invalidates if rule is not None else (), learn)
     ttl = rule.ttl if rule is not None and rule.ttl is not None else cache.ttl
     keyed = keyed_headers(server, headers)
-    if (problem := repeated_or_hidden(raw_headers, keyed | ROUTING_HEADERS)) is not None:
-        raise RequestRefused(problem)
+    # Only a request with a repeated header or a `Connection` header can be ambiguous.
+    if len(raw_headers) != len(headers) or "connection" in headers:
+        problem = repeated_or_hidden(raw_headers, keyed | ROUTING_HEADERS)
+        if problem is not None:
+            raise RequestRefused(problem)
     assert message.method is not None
     who = identity(server, headers, keyed)
     ignored = rule.ignore_arguments if rule is not None else ()

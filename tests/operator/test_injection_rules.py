@@ -72,7 +72,7 @@ def test_the_operators_cache_budget_reaches_the_sidecar() -> None:
     )
     plan = plan_injection(pod(), settings)
     assert plan is not None
-    env = {e["name"]: e["value"] for e in plan["initContainers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in plan["initContainers"][0]["env"]}
     assert env["MCPCACHE_CACHE_MAX_ENTRIES"] == "300"
     assert env["MCPCACHE_CACHE_MAX_BYTES"] == "32Mi"
 

@@ -8,6 +8,7 @@ sidecar), drives them with wrk or a sequential client, and writes
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -20,11 +21,12 @@ import tempfile
 import time
 import timeit
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import orjson
 import psutil
@@ -382,6 +384,63 @@ def bench_scale(calls: int) -> dict[str, Any]:
     return results
 
 
+def upstream_calls(metrics_url: str) -> float:
+    """Upstream calls the sidecar has made (its upstream latency histogram's count)."""
+    for family in text_string_to_metric_families(httpx.get(metrics_url).text):
+        for sample in family.samples:
+            if sample.name == "mcpcache_upstream_request_duration_seconds_count":
+                return sample.value
+    return 0.0
+
+
+async def burst_ms(url: str, n: int, ready: Callable[[], None] = lambda: None) -> list[float]:
+    """N identical calls (new arguments) sent at once over warm connections; each one's
+    latency. `ready` runs once the connections are open, before the burst. The client
+    is aiohttp's: httpx's pool serialises this many concurrent requests noticeably."""
+
+    async def one(http: aiohttp.ClientSession, request_id: int, key: str) -> float:
+        payload = body("slow", {"key": key}, request_id)
+        started = time.perf_counter()
+        async with http.post(url, data=payload, headers=headers("slow")) as response:
+            await response.read()
+            assert response.status == 200
+        return (time.perf_counter() - started) * 1000
+
+    connector = aiohttp.TCPConnector(limit=n)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        await asyncio.gather(*(one(http, i, uuid.uuid4().hex) for i in range(n)))
+        ready()
+        key = uuid.uuid4().hex
+        return list(await asyncio.gather(*(one(http, i, key) for i in range(n))))
+
+
+def bench_burst(rounds: int) -> dict[str, Any]:
+    """N concurrent identical misses (a tool that takes 50 ms), through the sidecar
+    against the upstream alone: upstream calls made, and each call's latency."""
+    results: dict[str, Any] = {}
+    with upstream(core=LOAD_CORE) as up, sidecar(up) as (proxy, metrics, _):
+        for n in (1, 2, 4, 8, 16, 32, 64):
+            direct: list[float] = []
+            through: list[float] = []
+            calls = 0.0
+            for _ in range(rounds):
+                direct += asyncio.run(burst_ms(up, n))
+                before: list[float] = []
+                through += asyncio.run(
+                    burst_ms(proxy, n, lambda b=before: b.append(upstream_calls(metrics)))
+                )
+                calls += upstream_calls(metrics) - before[0]
+            results[str(n)] = {
+                "upstream_calls_direct": n,
+                "upstream_calls_sidecar": calls / rounds,
+                "direct_p50_ms": p(direct, 50),
+                "direct_p99_ms": p(direct, 99),
+                "sidecar_p50_ms": p(through, 50),
+                "sidecar_p99_ms": p(through, 99),
+            }
+    return results
+
+
 def bench_key(repeat: int) -> dict[str, Any]:
     """Key computation for arguments of 1 KiB to 1 MiB, against serialising them alone."""
     results: dict[str, Any] = {}
@@ -475,7 +534,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short runs, for a smoke check")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--only", choices=["burst"], help="run this benchmark alone")
     args = parser.parse_args()
+    if args.only == "burst":
+        burst = bench_burst(2 if args.quick else 10)
+        report_burst(burst)
+        args.out.mkdir(parents=True, exist_ok=True)
+        suffix = "-quick" if args.quick else ""
+        (args.out / f"burst{suffix}.json").write_text(json.dumps(burst, indent=2) + "\n")
+        return 0
     seconds, calls = (2, 40) if args.quick else (10, 300)
     results: dict[str, Any] = {
         "machine": (
@@ -497,6 +564,8 @@ def main() -> int:
     results["scale"] = bench_scale(calls)
     print("key cost ...", flush=True)
     results["key"] = bench_key(200 if not args.quick else 20)
+    print("bursts of identical misses ...", flush=True)
+    results["burst"] = bench_burst(2 if args.quick else 10)
     args.out.mkdir(parents=True, exist_ok=True)
     suffix = "-quick" if args.quick else ""
     (args.out / f"latest{suffix}.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -551,6 +620,19 @@ def report(r: dict[str, Any]) -> None:
         for n, v in r["key"].items()
     )
     print(f"key cost: {key}")
+    report_burst(r["burst"])
+
+
+def report_burst(burst: dict[str, Any]) -> None:
+    print()
+    print(f"{'N identical misses at once':28} {'upstream calls':>16} {'p50 ms':>15} {'p99 ms':>15}")
+    print(f"{'':28} {'direct sidecar':>16} {'direct sidecar':>15} {'direct sidecar':>15}")
+    for n, row in burst.items():
+        print(
+            f"  {n:>26} {row['upstream_calls_direct']:>7} {row['upstream_calls_sidecar']:>8.1f}"
+            f" {row['direct_p50_ms']:>7.1f} {row['sidecar_p50_ms']:>7.1f}"
+            f" {row['direct_p99_ms']:>7.1f} {row['sidecar_p99_ms']:>7.1f}"
+        )
 
 
 if __name__ == "__main__":

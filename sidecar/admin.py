@@ -87,7 +87,7 @@ class Admin:
         if media_type(incoming.headers) != JSON:
             raise ProxyError(415, INVALID_REQUEST, "Content-Type must be application/json")
         config: SidecarConfig = self._config()
-        raw = await incoming.read_body(MAX_ADMIN_BODY, config.header_timeout)
+        raw = await incoming.read_body(MAX_ADMIN_BODY)
         try:
             request = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -117,21 +117,23 @@ class Admin:
         for name in names:
             tools: dict[str, dict[str, int]] = {}
             resources = {"entries": 0, "bytes": 0}
+            lists = {"entries": 0, "bytes": 0}
             for scope, keys in self.cache.scopes(name).items():
                 size = sum(entry.size for key in keys if (entry := self.cache.get(key)))
-                slot = resources
+                slot = resources if scope.uri is not None else lists
                 if scope.tool is not None:
                     slot = tools.setdefault(scope.tool, {"entries": 0, "bytes": 0})
                 slot["entries"] += len(keys)
                 slot["bytes"] += size
             counted = outcomes.get(name, {})
             servers[name] = {
-                "entries": sum(t["entries"] for t in tools.values()) + resources["entries"],
-                "bytes": sum(t["bytes"] for t in tools.values()) + resources["bytes"],
+                "entries": sum(t["entries"] for t in (*tools.values(), resources, lists)),
+                "bytes": sum(t["bytes"] for t in (*tools.values(), resources, lists)),
                 "hits": int(counted.get("hit", 0)),
                 "misses": int(counted.get("miss", 0)),
                 "tools": dict(sorted(tools.items())),
                 "resources": resources,
+                "lists": lists,
             }
         return {
             "entries": len(self.cache),

@@ -126,6 +126,7 @@ class Sidecar:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+            await self.proxy.aclose()
             await self.client.aclose()
 
     async def _follow(self, source: ConfigSource) -> None:

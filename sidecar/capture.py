@@ -62,7 +62,7 @@ class ResponseCapture:
         """An event too large to decode passed: it may have been the answer."""
         self.verdict: Verdict | None = Verdict(refused) if refused is not None else None
         self.final: dict[str, Any] | None = None
-        """The final response, as decoded (when it was small enough to decode)."""
+        """The final response, when it was no larger than `max_size` (for followers)."""
         self.notices: list[Notice] = []
         """Notifications seen before the final response that say entries are out of
         date; whoever follows the capture takes them out."""
@@ -73,6 +73,11 @@ class ResponseCapture:
     @property
     def too_large(self) -> bool:
         return self.size > self.max_size
+
+    @property
+    def asked_client(self) -> bool:
+        """The server sent the client a request: the answer depends on the reply."""
+        return self._server_request
 
     @property
     def answered(self) -> bool:
@@ -149,7 +154,8 @@ class ResponseCapture:
 
     def _judge_final(self, message: dict[str, Any], raw: bytes) -> None:
         self.final_seen = True
-        self.final = message
+        if len(raw) <= self.max_size:
+            self.final = message
         if self.verdict is not None:
             return  # refused before the body: followed, never kept
         if self._server_request:

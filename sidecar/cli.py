@@ -118,11 +118,10 @@ def _stats(args: argparse.Namespace) -> int:
         )  # fmt: skip
         for tool, counts in server["tools"].items():
             rows.append(["", tool, str(counts["entries"]), _size(counts["bytes"]), "", ""])
-        if server["resources"]["entries"]:
-            resources = server["resources"]
-            rows.append(
-                ["", "(resources)", str(resources["entries"]), _size(resources["bytes"]), "", ""]
-            )
+        for label, group in (("(resources)", "resources"), ("(lists)", "lists")):
+            counts = server.get(group) or {"entries": 0}
+            if counts["entries"]:
+                rows.append(["", label, str(counts["entries"]), _size(counts["bytes"]), "", ""])
     print()
     print(_table(rows, right={2, 3, 4, 5}))
     return 0

@@ -189,7 +189,11 @@ class ServerCache(_Model):
     metadata_ttl: Duration | None = Field(
         default=None, alias="metadataTTL", gt=0, le=MAX_TTL_SECONDS
     )
-    """Accepted for compatibility; list operations are never cached, so it has no effect."""
+    """How long list results and `server/discover` are cached (per caller); unset: never."""
+    stale_if_error: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
+    """How long past its TTL an entry may answer when the upstream fails; unset: never."""
+    stale_while_revalidate: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
+    """How long past its TTL an entry may answer at once while it is fetched again."""
     only_read_only_tools: bool = Field(default=False, strict=True)
     """Cache only tools the server's `tools/list` marks `readOnlyHint: true` (a rule with
     `enabled: true` overrides); a tool the sidecar has not seen listed is not cached."""
@@ -241,6 +245,11 @@ class ServerCache(_Model):
     def max_size_clamped(self) -> bool:
         return self.max_size > MAX_SIZE_CEILING
 
+    @property
+    def keep_stale(self) -> float:
+        """How long an expired entry of this server is kept for stale answers."""
+        return max(self.stale_if_error or 0.0, self.stale_while_revalidate or 0.0)
+
 
 def _http_url(value: str) -> str:
     parts = urlsplit(value)
@@ -284,8 +293,8 @@ class SidecarConfig(_Model):
     max_request_bytes: Quantity = DEFAULT_MAX_REQUEST_BYTES
     max_header_bytes: Quantity = DEFAULT_MAX_HEADER_BYTES
     header_timeout: Duration = Field(default=10.0, gt=0)
-    """Seconds a connection has to send a request's headers (both listeners), and then
-    its body."""
+    """Seconds a connection has to send a whole request, headers and body (both
+    listeners); a slower one is closed."""
     max_connections: int = Field(default=1000, ge=1)
     """Connections or requests in flight a listener takes before answering 503."""
     allowed_hosts: tuple[str, ...] = ()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Literal
+from typing import Final, Literal
 
 from .config import SidecarConfig
 from .hints import ToolHints
@@ -21,6 +21,10 @@ from .store import ResponseCache
 Cause = Literal["write", "notification", "purge"]
 
 logger = logging.getLogger("mcpcache.sidecar")
+
+TOOL_LISTS: Final = ("tools/list",)
+RESOURCE_LISTS: Final = ("resources/list", "resources/templates/list")
+"""Cached list answers a list-changed notification makes stale."""
 
 
 class Invalidator:
@@ -45,10 +49,10 @@ class Invalidator:
         if notice.kind == "resource":
             keys = self.cache.keys_for(server, uri=notice.uri)
         elif notice.kind == "resources":
-            keys = self.cache.keys_for(server, resources=True)
+            keys = self.cache.keys_for(server, resources=True, listings=RESOURCE_LISTS)
         else:
             self.hints.forget(server)
-            keys = self.cache.keys_for(server, tools=("*",))
+            keys = self.cache.keys_for(server, tools=("*",), listings=TOOL_LISTS)
         return self._drop(server, keys, "notification")
 
     def purge(self, server: str, tool: str | None = None, uri: str | None = None) -> int:

@@ -86,6 +86,9 @@ class Metrics:
         )
         for reason in get_args(EvictionReason):
             self.evictions.labels(reason)
+        # Present from the start at 0, so that increase() sees the first rejection.
+        for result in ("applied", "rejected"):
+            self.config_reloads.labels(result)
         self._request_children: dict[tuple[str, str, str], Any] = {}
 
     def count(self, server: str, method: str, outcome: str) -> None:

@@ -11,7 +11,7 @@ import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 from .config import Server, ToolRule
 from .headers import cache_directives, repeated_or_hidden
@@ -19,6 +19,7 @@ from .hints import ToolHints
 from .key import cache_key, secret_digest
 from .messages import (
     CACHEABLE_METHODS,
+    METADATA_METHODS,
     REQUEST_STATE_PARAMS,
     BypassReason,
     Message,
@@ -97,21 +98,24 @@ class Lookup(NamedTuple):
 
     key: str
     ttl: float
-    server: str
-    tool: str | None = None
-    uri: str | None = None
+    scope: Scope
     session: str = ""
     keyed: frozenset[str] = frozenset()
     """The request headers the key depends on (an answer may `Vary` on these)."""
 
-    @property
-    def scope(self) -> Scope:
-        return Scope(self.server, self.tool, self.uri)
-
 
 def bypass_reason(server: Server, message: Message) -> BypassReason | None:
-    """Why this request is never answered from the cache, or None if it may be."""
-    if message.method not in CACHEABLE_METHODS or not message.is_request:
+    """Why this request is never answered from the cache, or None if it may be.
+
+    List methods and `server/discover` are looked up only on servers with a
+    `metadataTTL`; the key rules are the same as for calls (every cursor is its own
+    page, every caller its own entry)."""
+    if not message.is_request:
+        return "method"
+    if message.method in METADATA_METHODS:
+        if not server.cache.metadata_ttl:
+            return "method"
+    elif message.method not in CACHEABLE_METHODS:
         return "method"
     params = message.params
     if any(name in params for name in REQUEST_STATE_PARAMS):
@@ -145,6 +149,11 @@ def tool_bypass(
     if server.cache.only_read_only_tools and not hints.read_only(server.name, tool):
         return "not_read_only"
     return None
+
+
+def learns_tools(server: Server, message: Message) -> bool:
+    """Whether this request's answer teaches which of the server's tools are read-only."""
+    return message.method == "tools/list" and server.cache.only_read_only_tools
 
 
 def keyed_headers(server: Server, headers: Mapping[str, str]) -> frozenset[str]:
@@ -203,9 +212,8 @@ def plan(
         if rule is not None or cache.only_read_only_tools:
             reason = tool_bypass(server, rule, tool, hints or ToolHints())
     if reason is not None:
-        learn = message.method == "tools/list" and cache.only_read_only_tools
-        return Bypass(reason, rule.invalidates if rule is not None else (), learn)
-    ttl = rule.ttl if rule is not None and rule.ttl is not None else cache.ttl
+        invalidates = rule.invalidates if rule is not None else ()
+        return Bypass(reason, invalidates, learns_tools(server, message))
     keyed = keyed_headers(server, headers)
     # Only a request with a repeated header or a `Connection` header can be ambiguous.
     if len(raw_headers) != len(headers) or "connection" in headers:
@@ -219,9 +227,13 @@ def plan(
     session_id = headers.get(SESSION_HEADER)
     session = session_scope(server, session_id) if session_id else ""
     if tool is not None:
-        return Lookup(key, ttl, server.name, tool, session=session, keyed=keyed)
-    uri = message.params["uri"]
-    return Lookup(key, ttl, server.name, uri=uri, session=session, keyed=keyed)
+        ttl = rule.ttl if rule is not None and rule.ttl is not None else cache.ttl
+        scope = Scope(server.name, tool=tool)
+    elif message.method == "resources/read":
+        ttl, scope = cache.ttl, Scope(server.name, uri=message.params["uri"])
+    else:
+        ttl, scope = cache.metadata_ttl or cache.ttl, Scope(server.name, listing=message.method)
+    return Lookup(key, ttl, scope, session, keyed)
 
 
 def response_refusal(
@@ -270,16 +282,68 @@ def _varies_within_key(keyed: frozenset[str], vary: str) -> bool:
     return "*" not in names and names <= keyed | _KEYED_BY_BODY
 
 
-def storage_ttl(lookup: Lookup, verdict: Verdict, headers: Mapping[str, str]) -> float:
-    """How long a storable answer is kept: the rule's or server's TTL, shortened by the
+def storage_ttl(
+    server: Server,
+    verdict: Verdict,
+    headers: Mapping[str, str],
+    method: str | None = None,
+    planned: float | None = None,
+) -> float:
+    """How long a storable answer is kept: the TTL the plan chose (`planned`: a tool
+    rule's), else the server's (`metadataTTL` for lists and discovery), shortened by the
     result's own freshness hint and by the upstream's `max-age`/`s-maxage`."""
-    ttl = lookup.ttl
+    ttl = server.cache.ttl
+    if method in METADATA_METHODS and server.cache.metadata_ttl:
+        ttl = server.cache.metadata_ttl
+    if planned is not None:
+        ttl = planned
     if verdict.ttl_cap is not None:
         ttl = min(ttl, verdict.ttl_cap)
     max_age = _max_age(cache_directives(headers.get("cache-control", "")))
     if max_age is not None:
         ttl = min(ttl, max_age)
     return ttl
+
+
+FollowerShare = Literal["shared", "failed", "alone"]
+
+_SHARED_WHEN_NOT_STORED: Final[frozenset[NotStoredReason]] = frozenset(
+    {"error", "tool_error", "ttl_zero", "too_large", "over_budget"}
+)
+"""Answers not stored that are still every identical request's answer. Any other reason
+(a status other than 200 and the headers that explain it, what the upstream marked
+private or as varying on a header outside the key, a cookie, a question for the client,
+an answer that depends on the client's reply, a task handle, a session's reused id, a
+number that would not survive re-encoding) keeps the answer for the one request that
+went upstream: the list is of what may be shared, so a new reason is never shared."""
+
+
+def follower_share(
+    status: int, verdict: Verdict, answered: bool, final_kept: bool
+) -> FollowerShare:
+    """What requests collapsed onto another identical request (same key) receive.
+
+    `shared`: its final answer, stored or not (an error or `isError` is theirs too).
+    `failed`: the upstream failed them all: a server error, or a body that broke off
+    before the answer (a stale entry may stand in). `alone`: each forwards on its own,
+    also when the answer was too large to keep for them."""
+    if status >= 500 or (verdict.reason == "incomplete" and not answered):
+        return "failed"
+    if not final_kept or (
+        verdict.reason is not None and verdict.reason not in _SHARED_WHEN_NOT_STORED
+    ):
+        return "alone"
+    return "shared"
+
+
+def stale_while_revalidating(server: Server, expires_at: float, now: float) -> bool:
+    """An expired entry may answer at once while it is fetched again."""
+    return now < expires_at + (server.cache.stale_while_revalidate or 0.0)
+
+
+def stale_on_error(server: Server, expires_at: float, now: float) -> bool:
+    """An expired entry may answer because the upstream failed."""
+    return now < expires_at + (server.cache.stale_if_error or 0.0)
 
 
 def write_happened(verdict: Verdict) -> bool:

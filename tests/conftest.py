@@ -1,8 +1,5 @@
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -10,6 +7,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from peers.binaries import go_built
 from peers.controlplane import BIN_ENV, Authority, ControlPlane
 from peers.operator import (
     OPERATOR_NAMESPACE,
@@ -82,24 +80,11 @@ def sidecar(
     )
 
 
-def _control_plane_binaries() -> Path:
-    """Where the control-plane binaries are; built on demand when Go is available."""
-    if bin_dir := os.environ.get(BIN_ENV):
-        return Path(bin_dir)
-    if shutil.which("go") is None:
-        reason = "no Go toolchain: the test control plane cannot be built (see tests/controlplane)"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    build = Path(__file__).parent / "controlplane" / "build.sh"
-    out = subprocess.run(["bash", str(build)], check=True, capture_output=True, text=True)
-    return Path(out.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
     """A real kube-apiserver with etcd, RBAC on, admin kubeconfig at `.kubeconfig`."""
-    plane = ControlPlane(_control_plane_binaries()).start()
+    build = Path(__file__).parent / "controlplane" / "build.sh"
+    plane = ControlPlane(go_built(BIN_ENV, build, "the test control plane")).start()
     try:
         yield plane
     finally:

@@ -138,3 +138,18 @@ def test_the_purge_annotation_becomes_the_servers_purge_marker() -> None:
     # Removing the annotation later keeps the last purge on record.
     status = desired_status(effective_server("docs", SPEC), 2, {"lastPurge": "1764547200"})
     assert status["lastPurge"] == "1764547200"
+
+
+def test_stale_windows_and_metadata_ttl_reach_the_sidecar() -> None:
+    cache = {
+        **SPEC["cache"],
+        "metadataTTL": "5m",
+        "staleIfError": "10m",
+        "staleWhileRevalidate": "30s",
+    }
+    effective = effective_server("docs", {**SPEC, "cache": cache})
+    assert effective.server is not None
+    server = parse_servers_file(render_config([effective.server]), environ={}).server("docs")
+    assert server is not None
+    assert server.cache.metadata_ttl == 300
+    assert (server.cache.stale_if_error, server.cache.stale_while_revalidate) == (600, 30)

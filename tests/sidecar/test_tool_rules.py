@@ -14,8 +14,9 @@ import pytest
 from mcp import Client
 
 from peers.clients import MODERN, call_body, call_headers, mcp_client, post
-from peers.serving import async_wait_until
+from peers.serving import ServedApp, async_wait_until
 from peers.sidecar import RunningSidecar, one_server
+from peers.upstream import Upstream
 
 ALICE = {"authorization": "Bearer alice"}
 BOB = {"authorization": "Bearer bob"}
@@ -238,3 +239,29 @@ async def test_a_notification_on_the_sessions_get_stream_drops_entries(
                 await async_wait_until(lambda: noticed() > 0, 0.5, "the notification")
         await client.read_resource(uri)
     assert peer.calls["doc"] == reads + 1
+
+
+async def test_cached_tool_lists_teach_read_only_tools_and_go_when_tools_change(
+    make_sidecar,
+) -> None:
+    peer = Upstream(list_ttl_ms=60_000)
+    app = ServedApp(peer.app()).start()
+    try:
+        document = one_server(
+            app.base_url + "/mcp", name="docs", metadataTTL="5m", onlyReadOnlyTools=True
+        )
+        sidecar = make_sidecar(document)
+        listed = await list_tools(sidecar)
+        assert listed.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+        assert (await list_tools(sidecar)).headers["cache-status"] == "mcpcache; hit"
+        doc = unique()
+        statuses = [(await call(sidecar, "get_doc", {"name": doc})).headers["cache-status"]]
+        statuses.append((await call(sidecar, "get_doc", {"name": doc})).headers["cache-status"])
+        assert statuses == ["mcpcache; fwd=miss; stored", "mcpcache; hit"], "learned from a list"
+
+        await call(sidecar, "announce", {"kind": "tools"})
+        assert (await list_tools(sidecar)).headers["cache-status"].startswith("mcpcache; fwd=miss")
+        again = await call(sidecar, "get_doc", {"name": doc})
+        assert again.headers["cache-status"].startswith("mcpcache; fwd=miss"), "entries went too"
+    finally:
+        app.stop()

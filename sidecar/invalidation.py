@@ -24,6 +24,7 @@ logger = logging.getLogger("mcpcache.sidecar")
 
 TOOL_LISTS: Final = ("tools/list",)
 RESOURCE_LISTS: Final = ("resources/list", "resources/templates/list")
+PROMPT_LISTS: Final = ("prompts/list",)
 """Cached list answers a list-changed notification makes stale."""
 
 
@@ -61,6 +62,8 @@ class Invalidator:
             keys = self.cache.keys_for(server, uri=notice.uri)
         elif notice.kind == "resources":
             keys = self.cache.keys_for(server, resources=True, listings=RESOURCE_LISTS)
+        elif notice.kind == "prompts":
+            keys = self.cache.keys_for(server, listings=PROMPT_LISTS)
         else:
             self.hints.forget(server)
             keys = self.cache.keys_for(server, tools=("*",), listings=TOOL_LISTS)

@@ -1,7 +1,8 @@
 """Upstream notifications that say cached answers may be out of date.
 
-`notifications/resources/updated` names one resource; `notifications/resources/list_changed`
-and `notifications/tools/list_changed` speak of all of a server's resources or tools. They
+`notifications/resources/updated` names one resource; `notifications/resources/list_changed`,
+`notifications/tools/list_changed` and `notifications/prompts/list_changed` speak of all
+of a server's resources, tools or prompts. They
 arrive inside event streams passing through the sidecar: a request's own response stream,
 the session's GET stream, or a `subscriptions/listen` stream. Pure, no I/O.
 """
@@ -18,12 +19,14 @@ from .sse import EventDecoder
 RESOURCE_UPDATED: Final = "notifications/resources/updated"
 RESOURCES_CHANGED: Final = "notifications/resources/list_changed"
 TOOLS_CHANGED: Final = "notifications/tools/list_changed"
+PROMPTS_CHANGED: Final = "notifications/prompts/list_changed"
 
-NoticeKind = Literal["resource", "resources", "tools"]
+NoticeKind = Literal["resource", "resources", "tools", "prompts"]
 _KINDS: Final[dict[str, NoticeKind]] = {
     RESOURCE_UPDATED: "resource",
     RESOURCES_CHANGED: "resources",
     TOOLS_CHANGED: "tools",
+    PROMPTS_CHANGED: "prompts",
 }
 _MARKERS: Final = (b"resources/updated", b"list_changed")
 """Bytes one of the notifications above must contain; other events are not parsed."""

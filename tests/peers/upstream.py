@@ -19,6 +19,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import (
     CreateMessageResult,
+    PromptListChangedNotification,
     ResourceListChangedNotification,
     ResourceUpdatedNotification,
     ResourceUpdatedNotificationParams,
@@ -225,7 +226,7 @@ class Upstream:
         @mcp.tool()
         async def announce(kind: str, ctx: Context, uri: str = "", scoped: bool = True) -> str:
             """Send a notification that answers are out of date: `resource` (for `uri`),
-            `resources` or `tools` list changed; inside this call's own stream when
+            `resources`, `prompts` or `tools` list changed; inside this call's own stream when
             `scoped`, else on the session's GET stream."""
             self.calls["announce"] += 1
             notification: Any
@@ -234,6 +235,8 @@ class Upstream:
                 notification = ResourceUpdatedNotification(params=params)
             elif kind == "resources":
                 notification = ResourceListChangedNotification()
+            elif kind == "prompts":
+                notification = PromptListChangedNotification()
             else:
                 notification = ToolListChangedNotification()
             related = ctx.request_id if scoped else None

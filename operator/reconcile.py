@@ -44,7 +44,8 @@ API_TIMEOUT = 30.0
 """Seconds any one API call may take before it is retried by the next pass."""
 
 Warn = Callable[..., None]
-"""`kopf.warn`'s signature: (body, *, reason, message). Events are posted by kopf."""
+"""`kopf.warn`'s and `kopf.info`'s signature: (body, *, reason, message). Events are
+posted by kopf."""
 
 logger = logging.getLogger("mcpcache.operator")
 
@@ -57,6 +58,7 @@ class NamespaceReconciler:
         retry_delay: float = 1.0,
         max_retry_delay: float = 10.0,
         warn: Warn = kopf.warn,
+        inform: Warn = kopf.info,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -64,6 +66,7 @@ class NamespaceReconciler:
         self.retry_delay = retry_delay
         self.max_retry_delay = max_retry_delay
         self.warn = warn
+        self.inform = inform
         self._pending: set[str] = set()
         self._workers: dict[str, asyncio.Task[None]] = {}
 
@@ -112,7 +115,14 @@ class NamespaceReconciler:
         )
         items = [i for i in listing["items"] if not i["metadata"].get("deletionTimestamp")]
         plans = [
-            (item, effective_server(item["metadata"]["name"], item.get("spec") or {}))
+            (
+                item,
+                effective_server(
+                    item["metadata"]["name"],
+                    item.get("spec") or {},
+                    item["metadata"].get("annotations"),
+                ),
+            )
             for item in items
         ]
         servers = [e.server for _, e in plans if e.server is not None]
@@ -198,19 +208,34 @@ class NamespaceReconciler:
             {"status": desired},
             _request_timeout=API_TIMEOUT,
         )
-        was_clamped = any(
-            c.get("type") == "MaxSizeClamped"
-            and c.get("status") == "True"
-            and c.get("observedGeneration") == metadata.get("generation")
-            for c in current.get("conditions", [])
-        )
+        generation = metadata.get("generation")
+
+        def newly_true(kind: str) -> dict[str, Any] | None:
+            """The condition `kind` when it is True now and was not for this generation."""
+            was = any(
+                c.get("type") == kind
+                and c.get("status") == "True"
+                and c.get("observedGeneration") == generation
+                for c in current.get("conditions", [])
+            )
+            now = next((c for c in desired["conditions"] if c["type"] == kind), None)
+            return now if now is not None and now["status"] == "True" and not was else None
+
         body = {
             "apiVersion": f"{RESOURCE_GROUP}/{RESOURCE_VERSION}",
             "kind": RESOURCE_KIND,
             "metadata": {**metadata, "namespace": namespace},
         }
-        if effective.clamped_from is not None and not was_clamped:
-            clamp = next(c for c in desired["conditions"] if c["type"] == "MaxSizeClamped")
-            self.warn(body, reason="MaxSizeClamped", message=clamp["message"])
+        for kind in ("MaxSizeClamped", "RulesShadowed"):
+            if (condition := newly_true(kind)) is not None:
+                self.warn(body, reason=kind, message=condition["message"])
         if effective.server is None:
             self.warn(body, reason="InvalidSpec", message=effective.error or "invalid spec")
+        purge = desired.get("lastPurge")
+        if purge is not None and purge != current.get("lastPurge"):
+            self.inform(
+                body,
+                reason="PurgePropagated",
+                message=f"purge {purge!r} written to the sidecar configuration of namespace "
+                f"{namespace}: sidecars drop this server's entries as they reload it",
+            )

@@ -21,6 +21,7 @@ from .messages import (
     is_server_request,
     judge_response,
 )
+from .notices import Notice, notice_of
 from .sse import Event, EventDecoder
 
 MIN_EVENT_BOUND: Final = 64 << 10
@@ -60,6 +61,11 @@ class ResponseCapture:
         self.skipped_event = False
         """An event too large to decode passed: it may have been the answer."""
         self.verdict: Verdict | None = Verdict(refused) if refused is not None else None
+        self.final: dict[str, Any] | None = None
+        """The final response, when it was no larger than `max_size` (for followers)."""
+        self.notices: list[Notice] = []
+        """Notifications seen before the final response that say entries are out of
+        date; whoever follows the capture takes them out."""
         self._server_request = False
         self._body: list[bytes] = []
         self._events = EventDecoder(max(max_size, MIN_EVENT_BOUND))
@@ -67,6 +73,11 @@ class ResponseCapture:
     @property
     def too_large(self) -> bool:
         return self.size > self.max_size
+
+    @property
+    def asked_client(self) -> bool:
+        """The server sent the client a request: the answer depends on the reply."""
+        return self._server_request
 
     @property
     def answered(self) -> bool:
@@ -126,6 +137,9 @@ class ResponseCapture:
         if is_server_request(message):
             self._server_request = True
             return
+        if "id" not in message and (notice := notice_of(message)) is not None:
+            self.notices.append(notice)
+            return
         if message.get("id") == self.request_id and ("result" in message or "error" in message):
             self._judge_final(message, event.data)
 
@@ -140,6 +154,8 @@ class ResponseCapture:
 
     def _judge_final(self, message: dict[str, Any], raw: bytes) -> None:
         self.final_seen = True
+        if len(raw) <= self.max_size:
+            self.final = message
         if self.verdict is not None:
             return  # refused before the body: followed, never kept
         if self._server_request:

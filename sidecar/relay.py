@@ -3,15 +3,16 @@
 Each chunk is shown to the response's `ResponseCapture` (when it has one) on its way.
 When the capture has seen the final answer, or the body ends, the relay reports it once
 through `on_final` (the verdict, and whether the answer was an event stream), whose
-returned verdict (stored, or why not) it keeps for `Cache-Status`. The
-relay never decides anything about the cache itself.
+returned verdict (stored, or why not) it keeps for `Cache-Status`. Notifications that say
+cached answers are out of date go to `on_notice` as they pass, before the client sees
+them. The relay never decides anything about the cache itself.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +20,10 @@ import anyio
 
 from . import cache_status
 from .capture import ResponseCapture
-from .errors import UPSTREAM_UNAVAILABLE, ProxyError, error_body
+from .errors import UPSTREAM_UNAVAILABLE, error_body
 from .messages import Verdict, frame_event
 from .metrics import Metrics
+from .notices import Notice, NoticeWatch
 from .upstream import UpstreamFailure, UpstreamResponse
 
 logger = logging.getLogger("mcpcache.sidecar")
@@ -45,6 +47,7 @@ class Relay:
         metrics: Metrics,
         capture: ResponseCapture | None = None,
         on_final: Callable[[Verdict, bool], Verdict] | None = None,
+        on_notice: Callable[[Notice], None] | None = None,
         on_done: Callable[[], None] | None = None,
     ) -> None:
         self.response = response
@@ -52,13 +55,20 @@ class Relay:
         self.metrics = metrics
         self.capture = capture
         self.on_final = on_final
+        self.on_notice = on_notice
+        self._watch = (
+            NoticeWatch()
+            if capture is None and on_notice is not None and response.event_stream
+            else None
+        )
         self.on_done = on_done
         self.done = False
         self.verdict: Verdict | None = None
         self._chunks = response.chunks()
 
     async def read_prefix(self) -> bytes:
-        """Read a JSON body until it ends or outgrows the cap (then the rest streams)."""
+        """Read a JSON body until it ends or outgrows the cap (then the rest streams).
+        A body that breaks off raises `UpstreamFailure`, the response already closed."""
         assert self.capture is not None
         parts: list[bytes] = []
         try:
@@ -69,14 +79,16 @@ class Relay:
                     return b"".join(parts)
         except UpstreamFailure as exc:
             await self._close(exc)
-            raise ProxyError(
-                502,
-                UPSTREAM_UNAVAILABLE,
-                f"MCP server {self.call.server!r} failed mid-response: {exc.cause_name}",
-                self.call.request_id,
-            ) from exc
+            raise
         await self._close(None)
         return b"".join(parts)
+
+    async def deliver(self, sink: Callable[[bytes], Awaitable[None]]) -> None:
+        """Fetch the rest of the body with no client attached: in the caller's own task,
+        handing each chunk (and the closing error event of a stream that breaks) to
+        `sink`, which decides who still reads it. The capture sees every chunk either way."""
+        async for chunk in self.stream(b""):
+            await sink(chunk)
 
     def cache_status(self) -> str:
         """`Cache-Status` of a miss whose answer has been followed to its end."""
@@ -129,8 +141,15 @@ class Relay:
     def _see(self, chunk: bytes) -> None:
         capture = self.capture
         if capture is None:
+            if self._watch is not None and self.on_notice is not None:
+                for notice in self._watch.feed(chunk):
+                    self.on_notice(notice)
             return
         capture.feed(chunk)
+        if capture.notices and self.on_notice is not None:
+            notices, capture.notices = capture.notices, []
+            for notice in notices:
+                self.on_notice(notice)
         if capture.final_seen and self.verdict is None and self.on_final is not None:
             self.verdict = self.on_final(capture.finish(), capture.event_stream)
 

@@ -8,12 +8,14 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from pydantic import ValidationError
 
 from mcpcache.sidecar.config import (
     RESOURCE_GROUP,
     RESOURCE_KIND,
     RESOURCE_PLURAL,
     RESOURCE_VERSION,
+    ServerCache,
 )
 from peers.paths import CRD, ROOT
 from peers.resources import GROUP, PLURAL, VERSION, mcpserver, new_namespace
@@ -46,6 +48,8 @@ def test_defaults_are_filled_in(control_plane, namespace) -> None:
         (mcpserver("b", url="not a url"), "must be an absolute http or https URL"),
         (mcpserver("c", ttl="5 minutes"), "ttl must be a duration such as 30s, 5m or 1h30m"),
         (mcpserver("d", metadataTTL="soon"), "metadataTTL must be a duration such as 30s"),
+        (mcpserver("d2", staleIfError="a while"), "staleIfError must be a duration such as"),
+        (mcpserver("d3", staleWhileRevalidate="0s"), "staleWhileRevalidate must be more than"),
         (mcpserver("e", maxSize="lots"), "maxSize must be a size such as 64Ki, 256Ki or 1Mi"),
         (mcpserver("h", ttl="999999999999h"), "ttl must be more than 0s and at most 24h"),
         (mcpserver("i", maxSize="0"), "maxSize must be at least 1 byte"),
@@ -68,6 +72,14 @@ def test_metadata_ttl_and_large_max_size_are_accepted(control_plane, namespace) 
     body = mcpserver("big", enabled=True, maxSize="8Mi", metadataTTL="5m")
     created = objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
     assert created["spec"]["cache"]["maxSize"] == "8Mi"
+
+
+def test_stale_windows_are_accepted(control_plane, namespace) -> None:
+    objects = client.CustomObjectsApi(control_plane.api_client())
+    body = mcpserver("stale", enabled=True, staleIfError="10m", staleWhileRevalidate="30s")
+    created = objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    assert created["spec"]["cache"]["staleIfError"] == "10m"
+    assert created["spec"]["cache"]["staleWhileRevalidate"] == "30s"
 
 
 def test_the_examples_apply_as_a_whole(control_plane, crd, tmp_path: Path) -> None:
@@ -100,3 +112,50 @@ def test_kubectl_shows_the_printer_columns_and_short_name(control_plane, namespa
     assert "READY" in header
     assert "AGE" in header
     assert "http://docs.tools.svc:8000/mcp" in out
+
+
+@pytest.mark.parametrize(
+    ("rule", "complaint"),
+    [
+        ({"name": ""}, "spec.cache.tools[0].name"),
+        ({"ttl": "5m"}, "spec.cache.tools[0].name: Required value"),
+        ({"name": "a", "ttl": "soon"}, "spec.cache.tools[0].ttl"),
+        ({"name": "a", "enabled": "yes"}, "spec.cache.tools[0].enabled"),
+        ({"name": "a", "ignoreArguments": ["id", "id"]}, "spec.cache.tools[0].ignoreArguments"),
+        ({"name": "a", "invalidates": [""]}, "spec.cache.tools[0].invalidates[0]"),
+        ({"name": "a", "enabled": True, "invalidates": ["b"]}, "cannot be cached"),
+        ({"name": "a\n"}, "spec.cache.tools[0].name"),
+    ],
+)
+def test_invalid_tool_rules_are_refused_by_the_crd_and_the_config_model_alike(
+    control_plane, namespace, rule, complaint
+) -> None:
+    objects = client.CustomObjectsApi(control_plane.api_client())
+    body = mcpserver("rules", enabled=True, tools=[rule])
+    with pytest.raises(ApiException) as refused:
+        objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    assert refused.value.status == 422
+    assert complaint in refused.value.body
+    with pytest.raises(ValidationError):
+        ServerCache.model_validate({"tools": [rule]})
+
+
+def test_valid_tool_rules_are_accepted_by_both_as_written(control_plane, namespace) -> None:
+    objects = client.CustomObjectsApi(control_plane.api_client())
+    cache = {
+        "enabled": True,
+        "onlyReadOnlyTools": True,
+        "tools": [
+            {"name": "search_*", "ttl": "5m", "ignoreArguments": ["requestId", "nonce"]},
+            {"name": "create_*", "enabled": False, "invalidates": ["search_*", "get_?"]},
+            {"name": "get_doc", "enabled": True},
+        ],
+    }
+    created = objects.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, mcpserver("rules", **cache)
+    )
+    assert created["spec"]["cache"]["tools"] == cache["tools"]
+    assert ServerCache.model_validate(created["spec"]["cache"]).tools[1].invalidates == (
+        "search_*",
+        "get_?",
+    )

@@ -13,12 +13,30 @@ from typing import Annotated, Any
 
 import anyio
 from mcp.server import MCPServer
-from mcp.server.caching import CacheHint
+from mcp.server.caching import CacheableMethod, CacheHint
 from mcp.server.mcpserver import Context, Elicit, Resolve, Sample
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types import CreateMessageResult, SamplingMessage, TextContent
+from mcp_types import (
+    CreateMessageResult,
+    PromptListChangedNotification,
+    ResourceListChangedNotification,
+    ResourceUpdatedNotification,
+    ResourceUpdatedNotificationParams,
+    SamplingMessage,
+    TextContent,
+    ToolAnnotations,
+    ToolListChangedNotification,
+)
 from pydantic import BaseModel
+
+LIST_METHODS: tuple[CacheableMethod, ...] = (
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "server/discover",
+)
 
 
 class Answer(BaseModel):
@@ -50,14 +68,20 @@ class CountingASGI:
 class Upstream:
     """Tool and resource handlers plus the counters and gates tests drive them with."""
 
-    def __init__(self, resource_ttl_ms: int = 60_000) -> None:
+    def __init__(self, resource_ttl_ms: int = 60_000, list_ttl_ms: int | None = None) -> None:
+        """`list_ttl_ms`: the `ttlMs` of list and discovery results (the SDK's own
+        default, 0, when None)."""
         self.calls: collections.Counter[str] = collections.Counter()
         self.http: collections.Counter[str] = collections.Counter()
         self._gates: dict[str, threading.Event] = {}
-        self.server = MCPServer(
-            "upstream",
-            cache_hints={"resources/read": CacheHint(ttl_ms=resource_ttl_ms)},
-        )
+        self.docs: dict[str, str] = {}
+        hints: dict[CacheableMethod, CacheHint] = {
+            "resources/read": CacheHint(ttl_ms=resource_ttl_ms)
+        }
+        if list_ttl_ms is not None:
+            for method in LIST_METHODS:
+                hints[method] = CacheHint(ttl_ms=list_ttl_ms)
+        self.server = MCPServer("upstream", cache_hints=hints)
         self._register()
 
     def gate(self, name: str) -> threading.Event:
@@ -134,6 +158,20 @@ class Upstream:
             return f"done after {steps} steps"
 
         @mcp.tool()
+        async def held(gate: str, ctx: Context, outcome: str = "ok", size: int = 0) -> str:
+            """Report progress, wait until the test opens `gate`, then answer with the
+            caller's credential and this call's number; `outcome` `tool_error` fails as a
+            tool error, and `size` pads the answer to about that many bytes."""
+            self.calls["held"] += 1
+            number = self.calls["held"]
+            user = (ctx.headers or {}).get("authorization", "anonymous")
+            await ctx.report_progress(0, 1, "waiting")
+            await anyio.to_thread.run_sync(self.gate(gate).wait, abandon_on_cancel=True)
+            if outcome == "tool_error":
+                raise ToolError(f"held call #{number} failed")
+            return f"user={user} #{number} " + "p" * size
+
+        @mcp.tool()
         async def ask(ctx: Context) -> str:
             """Ask the client a question (elicitation) and answer with the reply."""
             self.calls["ask"] += 1
@@ -153,6 +191,57 @@ class Upstream:
             self.calls["word"] += 1
             content = sampled.content
             return f"word={content.text if isinstance(content, TextContent) else '?'}"
+
+        read_only = ToolAnnotations(readOnlyHint=True)
+
+        @mcp.tool(annotations=read_only)
+        def get_doc(ctx: Context, name: str) -> str:
+            """A stored document, with the caller's credential: read-only, differs per user."""
+            self.calls["get_doc"] += 1
+            user = (ctx.headers or {}).get("authorization", "anonymous")
+            return f"{self.docs.get(name, '')} for {user} #{self.calls['get_doc']}"
+
+        @mcp.tool(annotations=read_only)
+        def count_docs() -> str:
+            """How many documents there are: read-only."""
+            self.calls["count_docs"] += 1
+            return f"{len(self.docs)} #{self.calls['count_docs']}"
+
+        @mcp.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+        def update_doc(name: str, text: str) -> str:
+            """Store a document; an empty text is refused (a tool error, nothing written)."""
+            self.calls["update_doc"] += 1
+            if not text:
+                raise ToolError("refused: empty text")
+            self.docs[name] = text
+            return f"stored {name}"
+
+        @mcp.tool(annotations=read_only)
+        def search(ctx: Context, q: str, requestId: str = "") -> str:
+            """Search results for `q` and the caller; `requestId` changes nothing."""
+            self.calls["search"] += 1
+            user = (ctx.headers or {}).get("authorization", "anonymous")
+            return f"results for {q} for {user} #{self.calls['search']}"
+
+        @mcp.tool()
+        async def announce(kind: str, ctx: Context, uri: str = "", scoped: bool = True) -> str:
+            """Send a notification that answers are out of date: `resource` (for `uri`),
+            `resources`, `prompts` or `tools` list changed; inside this call's own stream when
+            `scoped`, else on the session's GET stream."""
+            self.calls["announce"] += 1
+            notification: Any
+            if kind == "resource":
+                params = ResourceUpdatedNotificationParams(uri=uri)
+                notification = ResourceUpdatedNotification(params=params)
+            elif kind == "resources":
+                notification = ResourceListChangedNotification()
+            elif kind == "prompts":
+                notification = PromptListChangedNotification()
+            else:
+                notification = ToolListChangedNotification()
+            related = ctx.request_id if scoped else None
+            await ctx.session.send_notification(notification, related_request_id=related)
+            return f"announced {kind}"
 
         @mcp.resource("doc://{name}")
         def doc(name: str) -> str:

@@ -238,9 +238,11 @@ def test_answers_that_are_not_a_complete_success_are_not_stored(
 def test_a_complete_success_is_stored_as_its_result_bytes(
     result: dict[str, Any], ttl_cap: float | None
 ) -> None:
-    assert judge_response({"jsonrpc": "2.0", "id": 1, "result": result}) == Verdict(
-        None, orjson.dumps(result), ttl_cap
-    )
+    verdict = judge_response({"jsonrpc": "2.0", "id": 1, "result": result})
+    assert (verdict.reason, verdict.ttl_cap) == (None, ttl_cap)
+    assert orjson.loads(verdict.result) == result
+    if "ttlMs" not in result:
+        assert verdict.result == orjson.dumps(result)
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from mcpcache.sidecar import policy
 from mcpcache.sidecar.config import Server
 from mcpcache.sidecar.key import cache_key, secret_digest
 from mcpcache.sidecar.messages import Message, Verdict
+from mcpcache.sidecar.store import Scope
 
 
 def server(name: str = "docs", **cache: Any) -> Server:
@@ -107,12 +108,12 @@ KEYED = frozenset({"authorization", "mcp-session-id", "mcp-protocol-version"})
 def test_what_a_shared_cache_may_not_keep(
     headers: dict[str, str], event_stream: bool, reason: str | None
 ) -> None:
-    lookup = policy.Lookup("k", keyed=KEYED)
+    lookup = policy.Lookup("k", 30.0, Scope("docs"), keyed=KEYED)
     assert policy.response_refusal(server(), lookup, 200, headers, event_stream) == reason
 
 
 def test_a_cookie_may_be_ignored_when_the_server_says_so() -> None:
-    lookup = policy.Lookup("k", keyed=KEYED)
+    lookup = policy.Lookup("k", 30.0, Scope("docs"), keyed=KEYED)
     cookie = {"set-cookie": "lb=1"}
     assert policy.response_refusal(server(ignoreSetCookie=True), lookup, 200, cookie, False) is None
 

@@ -8,9 +8,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from mcpcache.sidecar.store import ResponseCache
+from mcpcache.sidecar.store import ResponseCache, Scope
 
 KEYS = st.sampled_from([f"k{i}" for i in range(12)])
+SCOPES = st.sampled_from(
+    [Scope("a", tool="t1"), Scope("a", tool="t2"), Scope("a", uri="u"), Scope("b", tool="t1")]
+)
 
 
 class CacheMachine(RuleBasedStateMachine):
@@ -21,17 +24,24 @@ class CacheMachine(RuleBasedStateMachine):
         self.last: dict[str, bytes] = {}
         self.expiry: dict[str, float] = {}
         """When each entry the cache should still hold expires (a model of the cache)."""
+        self.server_of: dict[str, str] = {}
 
-    @rule(key=KEYS, size=st.integers(0, 1200), ttl=st.floats(0, 50, allow_nan=False))
-    def store(self, key: str, size: int, ttl: float) -> None:
+    @rule(
+        key=KEYS,
+        size=st.integers(0, 1200),
+        ttl=st.floats(0, 50, allow_nan=False),
+        scope=SCOPES,
+    )
+    def store(self, key: str, size: int, ttl: float, scope: Scope) -> None:
         before = {k: e for k, e in self.cache.items()}
         value = bytes([len(self.last) % 256]) * size
-        stored = self.cache.store(key, value, False, ttl)
+        stored = self.cache.store(key, value, False, ttl, scope=scope)
         if stored is None:
             assert ttl <= 0 or size > 1000
             return
         self.last[key] = value
         self.expiry[key] = self.now + ttl
+        self.server_of[key] = scope.server
         survivors = {k: e for k, e in self.cache.items() if k != key}
         evicted = [e for k, e in before.items() if k not in survivors and k != key]
         for gone in [k for k in self.expiry if k != key and k not in survivors]:
@@ -75,6 +85,23 @@ class CacheMachine(RuleBasedStateMachine):
     @invariant()
     def holds_what_the_model_holds(self) -> None:
         assert set(self.cache) == set(self.expiry)
+
+    @rule(server=st.sampled_from(["a", "b"]))
+    def purge(self, server: str) -> None:
+        self.cache.purge(self.cache.keys_for(server, everything=True))
+        assert all(e.scope is None or e.scope.server != server for e in self.cache.values())
+        for key in [k for k in self.expiry if self.server_of[k] == server]:
+            del self.expiry[key]
+
+    @invariant()
+    def the_index_names_exactly_the_entries(self) -> None:
+        indexed = {
+            (key, scope)
+            for server in self.cache.servers()
+            for scope, keys in self.cache.scopes(server).items()
+            for key in keys
+        }
+        assert indexed == {(k, e.scope) for k, e in self.cache.items()}
 
     @invariant()
     def within_budgets(self) -> None:

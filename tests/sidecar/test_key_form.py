@@ -70,3 +70,18 @@ def test_a_header_value_that_is_not_text_still_has_a_digest() -> None:
     # Header bytes that are not UTF-8 reach the key as surrogate escapes; each byte counts.
     assert secret_digest("\udcff") == hashlib.sha256(b"\xff").hexdigest()
     assert secret_digest("\udcfe") != secret_digest("\udcff")
+
+
+def test_ignored_arguments_leave_the_params_and_their_names_join_the_key() -> None:
+    params = {"name": "search", "arguments": {"q": "x", "requestId": "r-1", "nonce": 4}}
+    expected = canonical(
+        {
+            "server": "docs",
+            "method": "tools/call",
+            "params": {"name": "search", "arguments": {"q": "x"}},
+            "caller": "a",
+            "identity": {},
+            "ignored": ["nonce", "requestId"],
+        }
+    )
+    assert cache_key("docs", "tools/call", params, "a", {}, ("requestId", "nonce")) == expected

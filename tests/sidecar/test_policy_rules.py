@@ -132,3 +132,94 @@ def test_the_upstreams_lifetime_shortens_the_entry(cache_control: str, ttl: floa
     assert policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}"), headers) == ttl
     capped = policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}", ttl_cap=2), headers)
     assert capped == 2
+
+
+def test_each_lookup_is_scoped_and_timed_by_what_it_asks() -> None:
+    docs = server(ttl="30s", metadataTTL="5m", tools=[{"name": "search_*", "ttl": "2m"}])
+    call = plan(request(name="get_doc", arguments={}), {}, docs)
+    assert (call.ttl, call.scope) == (30, Scope("docs", tool="get_doc"))
+    ruled = plan(request(name="search_docs", arguments={}), {}, docs)
+    assert (ruled.ttl, ruled.scope) == (120, Scope("docs", tool="search_docs"))
+    read = plan(request("resources/read", uri="doc://a"), {}, docs)
+    assert (read.ttl, read.scope) == (30, Scope("docs", uri="doc://a"))
+    listing = plan(request("tools/list"), {}, docs)
+    assert (listing.ttl, listing.scope) == (300, Scope("docs", listing="tools/list"))
+
+
+def test_a_tool_rule_never_turns_on_a_server_that_caches_nothing() -> None:
+    off = server(enabled=False, tools=[{"name": "t", "enabled": True}])
+    assert plan(request(name="t", arguments={}), {}, off) == policy.Bypass("disabled")
+    assert policy.tool_rule(server(tools=[{"name": "*"}]), request(name=5)) is None
+
+
+def test_connection_naming_a_keyed_header_is_refused_even_without_repeats() -> None:
+    headers = {"authorization": "Bearer a", "connection": "authorization"}
+    with pytest.raises(policy.RequestRefused, match="Connection must not name authorization"):
+        plan(request(name="t"), headers)
+
+
+def test_stored_lifetimes_follow_the_method_and_the_plan() -> None:
+    docs = server(ttl="30s", metadataTTL="5m")
+    ok = Verdict(None, b"{}")
+    assert policy.storage_ttl(docs, ok, {}, "tools/list") == 300
+    assert policy.storage_ttl(docs, ok, {}, "tools/call") == 30
+    assert policy.storage_ttl(server(ttl="30s"), ok, {}, "tools/list") == 30
+    assert policy.storage_ttl(docs, ok, {}, "tools/call", planned=7) == 7
+
+
+@pytest.mark.parametrize(
+    ("status", "verdict", "answered", "kept", "share"),
+    [
+        (500, Verdict(None, b"{}"), True, True, "failed"),
+        (503, Verdict("upstream_status"), False, False, "failed"),
+        (200, Verdict("incomplete"), False, True, "failed"),
+        (200, Verdict("incomplete"), True, True, "alone"),
+        (404, Verdict("upstream_status"), True, True, "alone"),
+        (200, Verdict("set_cookie"), True, True, "alone"),
+        (200, Verdict(None, b"{}"), True, False, "alone"),
+        (200, Verdict("error"), True, True, "shared"),
+        (200, Verdict("too_large"), True, True, "shared"),
+        (200, Verdict(None, b"{}"), True, True, "shared"),
+    ],
+)
+def test_what_collapsed_followers_receive(
+    status: int, verdict: Verdict, answered: bool, kept: bool, share: str
+) -> None:
+    assert policy.follower_share(status, verdict, answered, kept) == share
+
+
+@pytest.mark.parametrize(
+    ("window", "now", "allowed"),
+    [
+        (None, 99.9, True),
+        (None, 100.0, False),
+        (None, 100.5, False),
+        ("10s", 105.0, True),
+        ("10s", 109.9, True),
+        ("10s", 110.0, False),
+    ],
+)
+def test_stale_windows_run_from_expiry_for_their_length(
+    window: str | None, now: float, allowed: bool
+) -> None:
+    revalidating = server(**({"staleWhileRevalidate": window} if window else {}))
+    on_error = server(**({"staleIfError": window} if window else {}))
+    assert policy.stale_while_revalidating(revalidating, 100.0, now) is allowed
+    assert policy.stale_on_error(on_error, 100.0, now) is allowed
+
+
+@pytest.mark.parametrize(
+    ("reason", "wrote"),
+    [
+        ("error", False),
+        ("tool_error", False),
+        ("input_required", False),
+        (None, True),
+        ("too_large", True),
+        ("incomplete", True),
+    ],
+)
+def test_a_write_may_have_happened_unless_its_answer_says_it_did_not(
+    reason: str | None, wrote: bool
+) -> None:
+    assert policy.write_happened(Verdict(reason)) is wrote  # type: ignore[arg-type]

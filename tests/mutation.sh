@@ -22,6 +22,7 @@ TESTS=(
   test_key.py test_key_form.py test_policy.py test_policy_rules.py test_store.py
   test_store_properties.py test_units.py test_config.py test_sse.py test_messages.py
   test_headers.py test_capture.py test_value_forms.py test_event_bounds.py test_store_rules.py
+  test_config_tiers.py
 )
 
 fresh=0

@@ -36,7 +36,11 @@ def digest(text: str) -> str:
 
 
 def configmap_body(namespace: str, servers: Iterable[Server]) -> dict[str, Any]:
-    text = render_config(servers)
+    return configmap_of(namespace, render_config(servers))
+
+
+def configmap_of(namespace: str, text: str, text_digest: str | None = None) -> dict[str, Any]:
+    """The ConfigMap holding servers file `text` (whose digest may be known already)."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -44,7 +48,7 @@ def configmap_body(namespace: str, servers: Iterable[Server]) -> dict[str, Any]:
             "name": CONFIGMAP_NAME,
             "namespace": namespace,
             "labels": dict(MANAGED_BY),
-            "annotations": {DIGEST_ANNOTATION: digest(text)},
+            "annotations": {DIGEST_ANNOTATION: text_digest or digest(text)},
         },
         "data": {CONFIG_KEY: text},
     }

@@ -1,0 +1,103 @@
+"""A small asynchronous Kubernetes API client for the operator's own reads and writes.
+
+kopf watches and lists; the operator writes ConfigMaps, statuses and its Lease itself.
+The `kubernetes` package is synchronous: each call would take a thread from a small pool
+and most of a millisecond of CPU in its model layer. This client sends JSON over one
+pooled aiohttp session, on the event loop, with a timeout on every request, and counts
+what it sends (the operator's writes and reads to the API are a figure we benchmark).
+Credentials come from the `kubernetes` package's configuration loaders: in a pod the
+service-account token (re-read as the kubelet rotates it), elsewhere a kubeconfig.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from kubernetes import client, config
+
+from .metrics import OperatorMetrics
+
+API_TIMEOUT = 30.0
+"""Seconds any one API call may take; a pass that times out is retried."""
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, method: str, path: str, body: str) -> None:
+        super().__init__(f"{method} {path}: HTTP {status}: {body[:300]}")
+        self.status = status
+
+
+def load_configuration() -> client.Configuration:
+    """In a pod, the service account; elsewhere, $KUBECONFIG or ~/.kube/config."""
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return configuration
+
+
+class KubeAPI:
+    def __init__(
+        self,
+        configuration: client.Configuration,
+        metrics: OperatorMetrics,
+        connections: int = 16,
+        timeout: float = API_TIMEOUT,
+    ) -> None:
+        self.configuration = configuration
+        self.metrics = metrics
+        self.base = str(configuration.host).rstrip("/")
+        context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
+        if configuration.cert_file:
+            context.load_cert_chain(configuration.cert_file, configuration.key_file)
+        if not configuration.verify_ssl:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        self._ssl = context
+        self._connections = connections
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": "mcpcache-operator"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        # Calls the in-cluster loader's refresh hook: a rotated token is picked up.
+        token = self.configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
+        if token:
+            headers["Authorization"] = token
+        return headers
+
+    async def request(
+        self,
+        method: str,
+        resource: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(ssl=self._ssl, limit=self._connections)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+        self.metrics.api_requests.labels(method, resource).inc()
+        async with self._session.request(
+            method,
+            self.base + path,
+            json=body,
+            headers=self._headers(content_type if body is not None else None),
+        ) as response:
+            if response.status >= 400:
+                raise ApiError(response.status, method, path, await response.text())
+            result: dict[str, Any] = await response.json(content_type=None)
+            return result
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

@@ -25,6 +25,11 @@ class OperatorMetrics:
             "Time from a namespace's first change to the start of the pass that handles it.",
             registry=self.registry,
         )
+        self.pending = Gauge(
+            "mcpcache_operator_reconcile_pending",
+            "Namespaces waiting for a pass or in one (0: everything seen is reconciled).",
+            registry=self.registry,
+        )
         self.api_requests = Counter(
             "mcpcache_operator_api_requests",
             "Requests the operator sent to the Kubernetes API itself (beside kopf's watches "

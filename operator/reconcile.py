@@ -114,6 +114,7 @@ class NamespaceReconciler:
         self._rendered: dict[str, _Rendered] = {}
         self._written: dict[str, ConfigMapRecord] = {}
         """The ConfigMaps as this replica last wrote them, until the watch catches up."""
+        metrics.pending.set_function(lambda: len(self._pending.keys() | self._workers.keys()))
 
     # -- what the watches report ------------------------------------------------------
 

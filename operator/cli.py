@@ -15,7 +15,7 @@ from prometheus_client import start_http_server
 
 from mcpcache.sidecar.logs import configure_logging
 
-from .configmap import NAME_SELECTOR
+from .events import EventPoster
 from .handlers import INJECT_HANDLER_ID, build_registry
 from .health import HealthServer
 from .kubeapi import KubeAPI, load_configuration
@@ -23,6 +23,7 @@ from .leader import LeaseElector, LeaseSettings
 from .metrics import OperatorMetrics
 from .reconcile import NamespaceReconciler
 from .settings import OperatorSettings
+from .watching import ClusterState, Watch, watches
 
 logger = logging.getLogger("mcpcache.operator")
 
@@ -45,23 +46,12 @@ def quiet_logs() -> None:
 
 
 def configure_kopf(settings: OperatorSettings, kopf_settings: kopf.OperatorSettings) -> None:
-    # Events go through kopf's own posting (kopf.warn); log lines never become events.
-    kopf_settings.posting.enabled = True
-    kopf_settings.posting.loggers = False
-    kopf_settings.posting.reporting_component = "mcpcache-operator"
-    kopf_settings.posting.event_name_prefix = "mcpcache-"
-    # The one ConfigMap name per namespace: listed and watched by name, which is all the
-    # RBAC the operator holds on ConfigMaps.
-    kopf_settings.watching.field_selectors["v1", "configmaps"] = NAME_SELECTOR
-    # Watching given namespaces, the operator holds Roles there and no cluster-wide right:
-    # it neither lists namespaces nor follows the CRD (a new CRD version needs a restart).
+    # kopf serves the webhook only (see `watching`): it watches nothing and posts no
+    # events. Watching given namespaces, the operator holds Roles there and no
+    # cluster-wide right, so kopf must not scan the cluster's CRDs either.
+    kopf_settings.posting.enabled = False
     kopf_settings.scanning.disabled = bool(settings.namespaces)
-    kopf_settings.watching.reconnect_backoff = 1.0
-    kopf_settings.watching.server_timeout = 300
     kopf_settings.networking.error_backoffs = [1, 2, 5, 10]
-    # kopf's per-object workers linger this long after an object's last event; at ten
-    # thousand objects a bulk change would otherwise keep ten thousand tasks alive.
-    kopf_settings.queueing.idle_timeout = 1.0
     if settings.webhook_cert and settings.webhook_key:
         kopf_settings.admission.server = kopf.WebhookServer(
             addr="0.0.0.0",
@@ -80,12 +70,20 @@ def _identity(settings: OperatorSettings) -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
+async def _when_listed(watching: list[Watch], reconciler: NamespaceReconciler) -> None:
+    await asyncio.gather(*(w.listed.wait() for w in watching))
+    logger.info("listed", extra={"namespaces": len(list(reconciler.view.namespaces()))})
+    reconciler.all_listed()
+
+
 async def run(settings: OperatorSettings, stop: asyncio.Event | None = None) -> None:
     metrics = OperatorMetrics()
     start_http_server(settings.metrics_port, registry=metrics.registry)
     api = KubeAPI(load_configuration(), metrics)
-    reconciler = NamespaceReconciler(api, metrics)
-    registry = build_registry(reconciler, settings, metrics)
+    reconciler = NamespaceReconciler(api, metrics, warn=EventPoster(api).warn)
+    state = ClusterState(reconciler.server_changed, reconciler.configmap_changed)
+    reconciler.view = state
+    registry = build_registry(settings, metrics)
     kopf_settings = kopf.OperatorSettings()
     configure_kopf(settings, kopf_settings)
     lease = LeaseSettings(
@@ -105,6 +103,9 @@ async def run(settings: OperatorSettings, stop: asyncio.Event | None = None) -> 
     # released after the last pass, which a standby then takes at once.
     electing = asyncio.create_task(elector.run())
     logger.info("lease candidate", extra={"identity": lease.identity, "lease": lease.name})
+    watching = watches(api, state, settings.namespaces)
+    background = [asyncio.create_task(w.run()) for w in watching]
+    background.append(asyncio.create_task(_when_listed(watching, reconciler)))
     try:
         await kopf.operator(
             registry=registry,
@@ -115,6 +116,9 @@ async def run(settings: OperatorSettings, stop: asyncio.Event | None = None) -> 
             stop_flag=stop,
         )
     finally:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
         reconciler.stop_leading()
         await reconciler.close()
         electing.cancel()

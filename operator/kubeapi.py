@@ -1,7 +1,8 @@
 """A small asynchronous Kubernetes API client for the operator's own reads and writes.
 
-kopf watches and lists; the operator writes ConfigMaps, statuses and its Lease itself.
-The `kubernetes` package is synchronous: each call would take a thread from a small pool
+The operator lists and watches MCPServers and its ConfigMaps, and writes ConfigMaps,
+statuses, events and its Lease, through this client (kopf serves the webhook). The
+`kubernetes` package is synchronous: each call would take a thread from a small pool
 and most of a millisecond of CPU in its model layer. This client sends JSON over one
 pooled aiohttp session, on the event loop, with a timeout on every request, and counts
 what it sends (the operator's writes and reads to the API are a figure we benchmark).
@@ -11,8 +12,9 @@ service-account token (re-read as the kubelet rotates it), elsewhere a kubeconfi
 
 from __future__ import annotations
 
+import json
 import ssl
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -74,6 +76,13 @@ class KubeAPI:
             headers["Authorization"] = token
         return headers
 
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            # Watches hold their connections; writes get the rest.
+            connector = aiohttp.TCPConnector(ssl=self._ssl, limit=self._connections)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+        return self._session
+
     async def request(
         self,
         method: str,
@@ -82,11 +91,9 @@ class KubeAPI:
         body: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(ssl=self._ssl, limit=self._connections)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+        session = self._open()
         self.metrics.api_requests.labels(method, resource).inc()
-        async with self._session.request(
+        async with session.request(
             method,
             self.base + path,
             json=body,
@@ -96,6 +103,26 @@ class KubeAPI:
                 raise ApiError(response.status, method, path, await response.text())
             result: dict[str, Any] = await response.json(content_type=None)
             return result
+
+    async def stream(self, resource: str, path: str, silence: float) -> AsyncIterator[Any]:
+        """The JSON documents of a watch, one a line, until the server ends it (it does
+        after the request's `timeoutSeconds`; `silence` bounds the time between lines,
+        which bookmarks keep short)."""
+        session = self._open()
+        self.metrics.api_requests.labels("WATCH", resource).inc()
+        limit = aiohttp.ClientTimeout(total=None, sock_connect=API_TIMEOUT, sock_read=silence)
+        async with session.get(
+            self.base + path, headers=self._headers(None), timeout=limit
+        ) as response:
+            if response.status >= 400:
+                raise ApiError(response.status, "WATCH", path, await response.text())
+            buffer = b""
+            async for chunk in response.content.iter_any():
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
 
     async def close(self) -> None:
         if self._session is not None:

@@ -1,30 +1,28 @@
 """Level-triggered reconciliation of one namespace, from the state kept in memory.
 
-kopf's watches keep a record of every MCPServer and managed ConfigMap (`observed`); a
-change asks for its namespace to be reconciled. A pass reads those records, not the API:
-it renders the namespace's ConfigMap from all its MCPServers and writes it only when it
-differs, and writes each status only when it differs. The operator's own writes come
-back as watch events; one that changes nothing a pass reads (its status, its ConfigMap
-as written) asks for no pass. Because a pass always compares with the latest state the
-watches delivered, a hand edit, a missed write or a restart is corrected by the next one.
+The watches (`watching`) keep a record of every MCPServer and managed ConfigMap
+(`observed`); a change asks for its namespace to be reconciled. A pass reads those
+records, not the API: it renders the namespace's ConfigMap from all its MCPServers,
+writes it only when it differs, and writes each status only when it differs. The
+operator's own writes come back as watch events; one that changes nothing a pass reads
+(its status, its ConfigMap as written) asks for no pass. Because a pass always compares
+with the latest state the watches delivered, a hand edit, a missed write or a restart is
+corrected by the next one.
 
 One worker per namespace: passes never overlap, and requests that arrive during a pass
 or within `batch_window` of the first are folded into one pass. Only the replica that
-holds the Lease runs passes (see `leader`); a standby keeps its records and its list of
-namespaces that changed, and passes over every namespace when it takes over.
+holds the Lease runs passes (see `leader`), and only once every watch has listed; a
+standby keeps its records and passes over every namespace when it takes over.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
-
-import kopf
 
 from mcpcache.sidecar.config import (
     RESOURCE_GROUP,
@@ -50,13 +48,13 @@ from .resource import Effective, effective_server
 from .status import desired_status, same_status
 
 Warn = Callable[..., None]
-"""`kopf.warn`'s signature: (body, *, reason, message). Events are posted by kopf."""
+"""`kopf.warn`'s signature: (body, *, reason, message); see `events.EventPoster`."""
 
 logger = logging.getLogger("mcpcache.operator")
 
 
 class ClusterView(Protocol):
-    """The records the watches keep (kopf indexes, keyed by namespace)."""
+    """The records the watches keep, by namespace (`watching.ClusterState`)."""
 
     def servers(self, namespace: str) -> Iterable[ServerRecord]: ...
     def configmap(self, namespace: str) -> ConfigMapRecord | None: ...
@@ -92,10 +90,10 @@ class NamespaceReconciler:
         self,
         api: KubeAPI,
         metrics: OperatorMetrics,
+        warn: Warn,
         batch_window: float = 0.2,
         retry_delay: float = 1.0,
         max_retry_delay: float = 10.0,
-        warn: Warn = kopf.warn,
     ) -> None:
         self.api = api
         self.metrics = metrics
@@ -105,10 +103,11 @@ class NamespaceReconciler:
         self.warn = warn
         self.view: ClusterView | None = None
         self.leading = False
+        self.listed = False
+        """Every watch has listed once: the records are complete."""
         self._pending: dict[str, float] = {}
         """Namespaces to pass over, with when the first unhandled change arrived."""
         self._workers: dict[str, asyncio.Task[None]] = {}
-        self._context: contextvars.Context | None = None
         self._seen: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._effective: dict[tuple[str, str], tuple[tuple[Any, ...], Effective]] = {}
         self._rendered: dict[str, _Rendered] = {}
@@ -144,28 +143,37 @@ class NamespaceReconciler:
     # -- scheduling -------------------------------------------------------------------
 
     def request(self, namespace: str) -> None:
-        """Ask for `namespace` to be reconciled soon (cheap; called from handlers)."""
-        if self._context is None:
-            # kopf's event posting (kopf.warn) lives in its handlers' context variables.
-            self._context = contextvars.copy_context()
+        """Ask for `namespace` to be reconciled soon (cheap; called on every event)."""
         self._pending.setdefault(namespace, time.monotonic())
-        if self.leading:
+        if self.active:
             self._start_worker(namespace)
+
+    @property
+    def active(self) -> bool:
+        return self.leading and self.listed
 
     def _start_worker(self, namespace: str) -> None:
         if namespace not in self._workers:
-            self._workers[namespace] = asyncio.get_running_loop().create_task(
-                self._work(namespace), context=self._context
-            )
+            self._workers[namespace] = asyncio.get_running_loop().create_task(self._work(namespace))
 
-    def start_leading(self) -> None:
-        """This replica took the Lease: pass over every namespace it knows of."""
-        self.leading = True
+    def _pass_everywhere(self) -> None:
+        if not self.active:
+            return
         now = time.monotonic()
         for namespace in self.view.namespaces() if self.view else ():
             self._pending.setdefault(namespace, now)
         for namespace in list(self._pending):
             self._start_worker(namespace)
+
+    def start_leading(self) -> None:
+        """This replica took the Lease: pass over every namespace it knows of."""
+        self.leading = True
+        self._pass_everywhere()
+
+    def all_listed(self) -> None:
+        """Every watch has listed once: passes may start."""
+        self.listed = True
+        self._pass_everywhere()
 
     def stop_leading(self) -> None:
         """Passes under way finish; no new one starts."""
@@ -180,7 +188,7 @@ class NamespaceReconciler:
         delay = self.retry_delay
         try:
             await asyncio.sleep(self.batch_window)
-            while self.leading and namespace in self._pending:
+            while self.active and namespace in self._pending:
                 requested = self._pending.pop(namespace)
                 started = time.monotonic()
                 self.metrics.reconcile_queue.observe(started - requested)

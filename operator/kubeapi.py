@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -26,6 +27,7 @@ API_TIMEOUT = 30.0
 """Seconds any one API call may take; a pass that times out is retried."""
 
 MERGE_PATCH = "application/merge-patch+json"
+TOKEN_REFRESH = 60.0
 
 
 class ApiError(Exception):
@@ -65,16 +67,28 @@ class KubeAPI:
         self._connections = connections
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
+        self._cached_token: str | None = None
+        self._token_until = 0.0
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": "mcpcache-operator"}
         if content_type:
             headers["Content-Type"] = content_type
-        # Calls the in-cluster loader's refresh hook: a rotated token is picked up.
-        token = self.configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
+        token = self._token()
         if token:
             headers["Authorization"] = token
         return headers
+
+    def _token(self) -> str | None:
+        """The bearer token, asked of the configuration (whose refresh hook re-reads a
+        rotated service-account token) once a minute: asking costs more than a request."""
+        now = time.monotonic()
+        if now >= self._token_until:
+            self._cached_token = self.configuration.get_api_key_with_prefix(
+                "BearerToken", alias="authorization"
+            )
+            self._token_until = now + TOKEN_REFRESH
+        return self._cached_token
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:

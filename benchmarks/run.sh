@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark next to its baseline; see benchmarks/README.md. `--quick` for a
 # short smoke run. Results: benchmarks/results/latest.json and benchmarks.svg.
+# `run.sh shared [--quick]` runs the shared-tier benchmark (results/shared-tier.json).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../.ci/env.sh"
 if ! command -v wrk >/dev/null 2>&1; then
@@ -12,4 +13,9 @@ if ! command -v wrk >/dev/null 2>&1; then
   fi
 fi
 cd "$MCPCACHE_ROOT"
+if [ "${1:-}" = shared ]; then
+  shift
+  bash .ci/redis-server.sh
+  exec python benchmarks/shared_tier.py "$@"
+fi
 exec python benchmarks/run_all.py "$@"

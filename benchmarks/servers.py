@@ -35,6 +35,12 @@ def upstream_app(json_response: bool) -> Any:
         return "b" * size
 
     @server.tool()
+    async def slow(key: str) -> str:
+        """A 4 KiB answer after 50 ms of (simulated) work."""
+        await asyncio.sleep(0.05)
+        return PAYLOAD
+
+    @server.tool()
     async def first_progress(key: str, ctx: Context) -> str:
         """Progress at once, the answer 20 ms later."""
         await ctx.report_progress(1, 2, "started")

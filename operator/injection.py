@@ -24,6 +24,12 @@ from mcpcache.sidecar.config import (
     CACHE_MAX_BYTES_ENV,
     CACHE_MAX_ENTRIES_ENV,
     METRICS_HOST_ENV,
+    NAMESPACE_ENV,
+    SHARED_CACHE_NAMESPACES_ENV,
+    SHARED_CACHE_PASSWORD_ENV,
+    SHARED_CACHE_TIMEOUT_ENV,
+    SHARED_CACHE_URL_ENV,
+    SHARED_CACHE_USERNAME_ENV,
 )
 
 from .configmap import CONFIG_KEY, CONFIGMAP_NAME
@@ -80,6 +86,37 @@ def _sidecar_env(app_id: str, settings: OperatorSettings) -> list[dict[str, Any]
         env.append({"name": CACHE_MAX_ENTRIES_ENV, "value": value})
     if settings.sidecar_cache_max_bytes is not None:
         env.append({"name": CACHE_MAX_BYTES_ENV, "value": settings.sidecar_cache_max_bytes})
+    return env + _shared_cache_env(settings)
+
+
+def _shared_cache_env(settings: OperatorSettings) -> list[dict[str, Any]]:
+    """The shared tier's settings, only when one is configured (off: the pod is as before).
+
+    The namespace comes from the pod itself (the downward API): the sidecar prefixes its
+    Redis keys with it, and an ACL per namespace confines each to its prefix. The
+    credentials come from a Secret in the pod's namespace, optional so that a namespace
+    without one still starts (its sidecars then answer from memory and upstream)."""
+    url = settings.sidecar_shared_cache_url
+    if not url:
+        return []
+    env: list[dict[str, Any]] = [
+        {"name": SHARED_CACHE_URL_ENV, "value": url},
+        {"name": NAMESPACE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+    if settings.sidecar_shared_cache_timeout:
+        env.append(
+            {"name": SHARED_CACHE_TIMEOUT_ENV, "value": settings.sidecar_shared_cache_timeout}
+        )
+    if settings.sidecar_shared_cache_namespaces:
+        chosen = ",".join(settings.sidecar_shared_cache_namespaces)
+        env.append({"name": SHARED_CACHE_NAMESPACES_ENV, "value": chosen})
+    if secret := settings.sidecar_shared_cache_secret:
+        for name, key in (
+            (SHARED_CACHE_USERNAME_ENV, "username"),
+            (SHARED_CACHE_PASSWORD_ENV, "password"),
+        ):
+            reference = {"name": secret, "key": key, "optional": True}
+            env.append({"name": name, "valueFrom": {"secretKeyRef": reference}})
     return env
 
 

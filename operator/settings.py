@@ -32,6 +32,14 @@ class OperatorSettings(BaseModel):
     sidecar_cache_max_entries: int | None = None
     sidecar_cache_max_bytes: str | None = None
     """The injected sidecars' shared cache budget; None keeps the sidecar's default."""
+    sidecar_shared_cache_url: str | None = None
+    """The Redis every injected sidecar uses as its shared tier; None: memory only."""
+    sidecar_shared_cache_timeout: str | None = None
+    sidecar_shared_cache_namespaces: tuple[str, ...] = ()
+    """Namespaces whose sidecars use the shared tier; empty means every namespace."""
+    sidecar_shared_cache_secret: str | None = None
+    """A Secret of this name in the pod's namespace holds `password` (and optionally
+    `username`) for Redis."""
     namespaces: tuple[str, ...] = ()
     """Namespaces to watch; empty means the whole cluster."""
     metrics_port: int = 8080
@@ -59,6 +67,9 @@ class OperatorSettings(BaseModel):
             "MCPCACHE_SIDECAR_LOG_LEVEL": "sidecar_log_level",
             "MCPCACHE_SIDECAR_CACHE_MAX_ENTRIES": "sidecar_cache_max_entries",
             "MCPCACHE_SIDECAR_CACHE_MAX_BYTES": "sidecar_cache_max_bytes",
+            "MCPCACHE_SIDECAR_SHARED_CACHE_URL": "sidecar_shared_cache_url",
+            "MCPCACHE_SIDECAR_SHARED_CACHE_TIMEOUT": "sidecar_shared_cache_timeout",
+            "MCPCACHE_SIDECAR_SHARED_CACHE_SECRET": "sidecar_shared_cache_secret",
             "MCPCACHE_METRICS_PORT": "metrics_port",
             "MCPCACHE_HEALTH_PORT": "health_port",
             "MCPCACHE_WEBHOOK_PORT": "webhook_port",
@@ -76,6 +87,10 @@ class OperatorSettings(BaseModel):
                 values[field] = env[variable]
         if resources := env.get("MCPCACHE_SIDECAR_RESOURCES"):
             values["sidecar_resources"] = json.loads(resources)
-        if namespaces := env.get("MCPCACHE_NAMESPACES"):
-            values["namespaces"] = tuple(n.strip() for n in namespaces.split(",") if n.strip())
+        for variable, field in (
+            ("MCPCACHE_NAMESPACES", "namespaces"),
+            ("MCPCACHE_SIDECAR_SHARED_CACHE_NAMESPACES", "sidecar_shared_cache_namespaces"),
+        ):
+            if listed := env.get(variable):
+                values[field] = tuple(n.strip() for n in listed.split(",") if n.strip())
         return cls.model_validate(values)

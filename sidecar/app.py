@@ -24,10 +24,11 @@ from .errors import UNKNOWN_SERVER, ProxyError
 from .incoming import Incoming
 from .listener import uvicorn_config
 from .messages import INVALID_REQUEST
-from .metrics import Metrics
+from .metrics import Metrics, SharedMetrics
 from .origin import OriginPolicy
 from .proxy import Proxy
 from .reload import ConfigSource
+from .shared import SharedTier
 from .store import ResponseCache
 from .upstream import UpstreamClient
 
@@ -51,8 +52,16 @@ class Sidecar:
         )
         self.metrics.watch_cache(self.cache)
         self.client = UpstreamClient()
+        self.shared: SharedTier | None = None
+        if current.shared_cache is not None:
+            self.shared = SharedTier(current.shared_cache, SharedMetrics(self.metrics.registry))
         self.proxy = Proxy(
-            config, self.cache, self.metrics, self.client, OriginPolicy(current.allowed_hosts)
+            config,
+            self.cache,
+            self.metrics,
+            self.client,
+            OriginPolicy(current.allowed_hosts),
+            self.shared,
         )
         self.ready = False
         self._servers: list[uvicorn.Server] = []
@@ -107,6 +116,8 @@ class Sidecar:
         if isinstance(self.config, ConfigSource):
             follower = asyncio.create_task(self._follow(self.config))
         watcher = asyncio.create_task(self._mark_ready(servers))
+        if self.shared is not None:
+            self.shared.warm_up()
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -119,7 +130,10 @@ class Sidecar:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+            await self.proxy.aclose()
             await self.client.aclose()
+            if self.shared is not None:
+                await self.shared.aclose()
 
     async def _follow(self, source: ConfigSource) -> None:
         while True:

@@ -1,7 +1,13 @@
 """The RFC 9211 `Cache-Status` values the sidecar sends, in one grammar.
 
-`mcpcache; hit` for an answer from the cache; otherwise `mcpcache; fwd=<why forwarded>`
-with `stored` when the answer was kept and a `detail` naming why it was not.
+`mcpcache; hit` for an answer from the cache (`hit; detail=shared` from the shared
+tier on Redis); otherwise `mcpcache; fwd=<why forwarded>`
+with `stored` when the answer was kept, `collapsed` when another identical request's
+upstream call answered it, and a `detail` naming why it was not stored. Stale answers
+say why in their `detail`: `hit; detail=stale-while-revalidate` (answered from the
+cache while it is asked again in the background), or `fwd=stale; fwd-status=<code>;
+detail=stale-if-error` (the upstream was asked and failed; `fwd-status` only when it
+answered with an HTTP status at all).
 """
 
 from __future__ import annotations
@@ -9,12 +15,24 @@ from __future__ import annotations
 from typing import Final
 
 HIT: Final = "mcpcache; hit"
+SHARED_HIT: Final = "mcpcache; hit; detail=shared"
+"""Answered from the shared tier (Redis), not from this sidecar's memory."""
 
 
-def forwarded(fwd: str, detail: str | None = None, stored: bool = False) -> str:
+def forwarded(
+    fwd: str,
+    detail: str | None = None,
+    stored: bool = False,
+    collapsed: bool = False,
+    fwd_status: int | None = None,
+) -> str:
     value = f"mcpcache; fwd={fwd}"
+    if fwd_status is not None:
+        value += f"; fwd-status={fwd_status}"
     if stored:
         value += "; stored"
+    if collapsed:
+        value += "; collapsed"
     if detail:
         value += f"; detail={detail}"
     return value
@@ -25,5 +43,11 @@ def detail(reason: str) -> str:
     return reason.replace("_", "-")
 
 
+def stale_if_error(fwd_status: int | None) -> str:
+    return forwarded("stale", "stale-if-error", fwd_status=fwd_status)
+
+
 MISS: Final = forwarded("miss")
 MISS_STORED: Final = forwarded("miss", stored=True)
+COLLAPSED: Final = forwarded("miss", collapsed=True)
+STALE_WHILE_REVALIDATE: Final = f"{HIT}; detail=stale-while-revalidate"

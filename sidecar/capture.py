@@ -60,6 +60,8 @@ class ResponseCapture:
         self.skipped_event = False
         """An event too large to decode passed: it may have been the answer."""
         self.verdict: Verdict | None = Verdict(refused) if refused is not None else None
+        self.final: dict[str, Any] | None = None
+        """The final response, when it was no larger than `max_size` (for followers)."""
         self._server_request = False
         self._body: list[bytes] = []
         self._events = EventDecoder(max(max_size, MIN_EVENT_BOUND))
@@ -67,6 +69,11 @@ class ResponseCapture:
     @property
     def too_large(self) -> bool:
         return self.size > self.max_size
+
+    @property
+    def asked_client(self) -> bool:
+        """The server sent the client a request: the answer depends on the reply."""
+        return self._server_request
 
     @property
     def answered(self) -> bool:
@@ -140,6 +147,8 @@ class ResponseCapture:
 
     def _judge_final(self, message: dict[str, Any], raw: bytes) -> None:
         self.final_seen = True
+        if len(raw) <= self.max_size:
+            self.final = message
         if self.verdict is not None:
             return  # refused before the body: followed, never kept
         if self._server_request:

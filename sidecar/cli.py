@@ -51,6 +51,8 @@ def _check_config(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"invalid: {exc}", file=sys.stderr)
         return 1
+    if config.shared_cache is not None:
+        config = config.model_copy(update={"shared_cache": config.shared_cache.redacted()})
     sys.stdout.write(dump_config(config))
     return 0
 

@@ -58,6 +58,14 @@ METRICS_HOST_ENV = "MCPCACHE_METRICS_HOST"
 METRICS_PORT_ENV = "MCPCACHE_METRICS_PORT"
 CACHE_MAX_ENTRIES_ENV = "MCPCACHE_CACHE_MAX_ENTRIES"
 CACHE_MAX_BYTES_ENV = "MCPCACHE_CACHE_MAX_BYTES"
+SHARED_CACHE_URL_ENV = "MCPCACHE_SHARED_CACHE_URL"
+SHARED_CACHE_TIMEOUT_ENV = "MCPCACHE_SHARED_CACHE_TIMEOUT"
+SHARED_CACHE_USERNAME_ENV = "MCPCACHE_SHARED_CACHE_USERNAME"
+SHARED_CACHE_PASSWORD_ENV = "MCPCACHE_SHARED_CACHE_PASSWORD"
+SHARED_CACHE_NAMESPACES_ENV = "MCPCACHE_SHARED_CACHE_NAMESPACES"
+NAMESPACE_ENV = "MCPCACHE_NAMESPACE"
+DEFAULT_SHARED_TIMEOUT = 0.05
+DEFAULT_SHARED_RETRY_AFTER = 5.0
 
 
 def _duration(value: Any) -> float:
@@ -127,7 +135,11 @@ class ServerCache(_Model):
     metadata_ttl: Duration | None = Field(
         default=None, alias="metadataTTL", gt=0, le=MAX_TTL_SECONDS
     )
-    """Accepted for compatibility; list operations are never cached, so it has no effect."""
+    """How long list results and `server/discover` are cached (per caller); unset: never."""
+    stale_if_error: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
+    """How long past its TTL an entry may answer when the upstream fails; unset: never."""
+    stale_while_revalidate: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
+    """How long past its TTL an entry may answer at once while it is fetched again."""
     identity_headers: Annotated[tuple[str, ...], AfterValidator(_header_names)] = (
         DEFAULT_IDENTITY_HEADERS
     )
@@ -143,6 +155,11 @@ class ServerCache(_Model):
     @property
     def max_size_clamped(self) -> bool:
         return self.max_size > MAX_SIZE_CEILING
+
+    @property
+    def keep_stale(self) -> float:
+        """How long an expired entry of this server is kept for stale answers."""
+        return max(self.stale_if_error or 0.0, self.stale_while_revalidate or 0.0)
 
 
 def _http_url(value: str) -> str:
@@ -173,6 +190,46 @@ class CacheLimits(_Model):
     max_bytes: Quantity = DEFAULT_MAX_BYTES
 
 
+def _redis_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError("expected a redis://, rediss:// or unix:// URL")
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ValueError("the URL names no host")
+    return value
+
+
+def _positive(value: float) -> float:
+    if value <= 0:
+        raise ValueError("must be positive")
+    return value
+
+
+class SharedCache(_Model):
+    """The optional second tier on Redis, shared by the sidecars of one app.
+
+    Credentials are read from the environment when the tier starts (never kept in this
+    model, so that printing a configuration never prints them), or from the URL."""
+
+    url: Annotated[str, AfterValidator(_redis_url)]
+    timeout: Annotated[Duration, AfterValidator(_positive)] = DEFAULT_SHARED_TIMEOUT
+    """The bound on every Redis operation; past it the request goes on without Redis."""
+    retry_after: Annotated[Duration, AfterValidator(_positive)] = DEFAULT_SHARED_RETRY_AFTER
+    """How long a failing Redis is left alone before it is tried again."""
+    namespace: str = Field(
+        default="default", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63
+    )
+    """The first part of every key's prefix (the pod's namespace in Kubernetes)."""
+
+    def redacted(self) -> SharedCache:
+        """The same settings with any password in the URL masked, for printing."""
+        parts = urlsplit(self.url)
+        if parts.password is None:
+            return self
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        return self.model_copy(update={"url": parts._replace(netloc=netloc).geturl()})
+
+
 class SidecarConfig(_Model):
     """The whole sidecar configuration. Every field but `servers` has a default."""
 
@@ -181,11 +238,13 @@ class SidecarConfig(_Model):
     metrics: Address = Address(host="127.0.0.1", port=DEFAULT_METRICS_PORT)
     """Loopback unless told otherwise; in a pod the operator binds it to the pod IP."""
     cache: CacheLimits = CacheLimits()
+    shared_cache: SharedCache | None = None
+    """Off unless set: the sidecar then caches in its own memory only."""
     max_request_bytes: Quantity = DEFAULT_MAX_REQUEST_BYTES
     max_header_bytes: Quantity = DEFAULT_MAX_HEADER_BYTES
     header_timeout: Duration = Field(default=10.0, gt=0)
-    """Seconds a connection has to send a request's headers (both listeners), and then
-    its body."""
+    """Seconds a connection has to send a whole request, headers and body (both
+    listeners); a slower one is closed."""
     max_connections: int = Field(default=1000, ge=1)
     """Connections or requests in flight a listener takes before answering 503."""
     allowed_hosts: tuple[str, ...] = ()
@@ -223,7 +282,8 @@ class SidecarConfig(_Model):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     def with_environment(self, environ: Mapping[str, str]) -> SidecarConfig:
-        """Apply the environment overrides: app id, the two ports, the cache budget.
+        """Apply the environment overrides: app id, the two ports, the cache budget, the
+        shared tier.
 
         In Kubernetes these come from the injected container (the app id from the pod,
         the budget from the operator's settings), the servers from the namespace's
@@ -248,7 +308,29 @@ class SidecarConfig(_Model):
         if limits:
             current = self.cache.model_dump(by_alias=True)
             update["cache"] = CacheLimits.model_validate(current | limits)
+        if (shared := self._shared_from_environment(environ)) is not None:
+            update["shared_cache"] = shared
         return self.model_copy(update=update) if update else self
+
+    def _shared_from_environment(self, environ: Mapping[str, str]) -> SharedCache | None:
+        """The shared tier as the environment amends it, or None when unchanged: in
+        Kubernetes the URL and the timeout come from the operator's settings, the
+        namespace from the pod (the downward API). When the environment also lists
+        namespaces, its URL applies only to sidecars in one of them."""
+        if listed := environ.get(SHARED_CACHE_NAMESPACES_ENV, "").strip():
+            chosen = {name.strip() for name in listed.split(",")}
+            if environ.get(NAMESPACE_ENV) not in chosen:
+                environ = {k: v for k, v in environ.items() if k != SHARED_CACHE_URL_ENV}
+        names = {
+            SHARED_CACHE_URL_ENV: "url",
+            SHARED_CACHE_TIMEOUT_ENV: "timeout",
+            NAMESPACE_ENV: "namespace",
+        }
+        changes = {field: environ[name] for name, field in names.items() if environ.get(name)}
+        current = self.shared_cache.model_dump() if self.shared_cache is not None else {}
+        if not changes or "url" not in current | changes:
+            return None
+        return SharedCache.model_validate(current | changes)
 
 
 _LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})

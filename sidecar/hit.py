@@ -1,5 +1,9 @@
-"""The response to a cache hit: fixed headers and one body, sent as a plain ASGI callable
-(a hit costs a few microseconds; a framework response object would cost more)."""
+"""Answers the sidecar gives from memory: a hit, a stale entry, or a collapsed request's
+share of another's answer. Fixed headers and one body, sent as a plain ASGI callable (a
+hit costs a few microseconds; a framework response object would cost more).
+
+None of them carries a header the upstream set: those were for the request that went
+upstream, and may be its caller's alone (cookies, session ids)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from . import cache_status
-from .messages import frame_response
+from .messages import RESULT, frame_response
 from .store import Entry
 
 
@@ -18,24 +22,60 @@ class HitResponse:
     _JSON = (b"content-type", b"application/json")
     _EVENTS = (b"content-type", b"text/event-stream")
     _STATUS = (b"cache-status", cache_status.HIT.encode())
+    _SHARED_STATUS = (b"cache-status", cache_status.SHARED_HIT.encode())
     _NO_CACHE = (b"cache-control", b"no-cache")
 
-    def __init__(self, body: bytes, event_stream: bool, age: int) -> None:
+    def __init__(
+        self,
+        body: bytes,
+        event_stream: bool,
+        age: int | None,
+        status: tuple[bytes, bytes] = _STATUS,
+    ) -> None:
         self.body = body
         self.headers = [
             self._EVENTS if event_stream else self._JSON,
             (b"content-length", str(len(body)).encode()),
-            self._STATUS,
-            (b"age", str(max(0, age)).encode()),
+            status,
             self._NO_CACHE,
         ]
+        if age is not None:
+            self.headers.append((b"age", str(max(0, age)).encode()))
 
     @classmethod
-    def of(cls, entry: Entry, request_id: Any, now: float) -> HitResponse:
-        """The stored result framed under the caller's own JSON-RPC id."""
-        body = frame_response(request_id, entry.result, event=entry.event_stream)
-        return cls(body, entry.event_stream, int(now - entry.stored_at))
+    def of(cls, entry: Entry, request_id: Any, now: float, shared: bool = False) -> HitResponse:
+        """The stored result framed under the caller's own JSON-RPC id, its `ttlMs` (if
+        it has one) restated as the freshness left; `shared` when it came from the shared
+        tier."""
+        result, tail = entry.result_parts(now)
+        body = frame_response(request_id, result, entry.event_stream, tail=tail)
+        status = cls._SHARED_STATUS if shared else cls._STATUS
+        return cls(body, entry.event_stream, int(now - entry.stored_at), status)
+
+    @classmethod
+    def stale(cls, entry: Entry, request_id: Any, now: float, status: str) -> HitResponse:
+        """An expired entry, on purpose: `Age` past the TTL says how old, `status` why."""
+        result, tail = entry.result_parts(now)
+        body = frame_response(request_id, result, entry.event_stream, tail=tail)
+        return cls(body, entry.event_stream, int(now - entry.stored_at), _status_header(status))
+
+    @classmethod
+    def shared(
+        cls,
+        request_id: Any,
+        payload: bytes,
+        event_stream: bool,
+        status: str,
+        member: bytes = RESULT,
+    ) -> HitResponse:
+        """Another request's fresh answer (`result` or `error`) under this caller's id."""
+        body = frame_response(request_id, payload, event_stream, member=member)
+        return cls(body, event_stream, None, _status_header(status))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.headers})
         await send({"type": "http.response.body", "body": self.body})
+
+
+def _status_header(value: str) -> tuple[bytes, bytes]:
+    return (b"cache-status", value.encode())

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Final
 
-import anyio
 from starlette.types import Message as ASGIMessage
 from starlette.types import Receive, Scope
 
@@ -45,19 +44,9 @@ class Incoming:
         self.headers = joined(raw)
         self.header_bytes = sum(len(k) + len(v) for k, v in raw)
 
-    async def read_body(self, limit: int, seconds: float) -> bytes:
-        """The whole body; 413 past `limit` bytes, declared or received, and 408 when it
-        takes longer than `seconds` to arrive (a slow body must not hold a connection
-        slot for good)."""
-        try:
-            with anyio.fail_after(seconds):
-                return await self._read_body(limit)
-        except TimeoutError as exc:
-            raise ProxyError(
-                408, INVALID_REQUEST, f"request body did not arrive within {seconds:g}s"
-            ) from exc
-
-    async def _read_body(self, limit: int) -> bytes:
+    async def read_body(self, limit: int) -> bytes:
+        """The whole body; 413 past `limit` bytes, declared or received. (A body that
+        is slow to arrive is the listener's business: see `listener`.)"""
 
         def too_large() -> ProxyError:
             return ProxyError(

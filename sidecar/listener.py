@@ -1,8 +1,10 @@
 """The uvicorn settings both listeners share, and the one thing uvicorn lacks: a limit
-on how long a connection may take to send its request headers.
+on how long a connection may take to send its request (headers and body).
 
-Without it, a thousand connections that open and never finish their headers stay open
-for good (uvicorn times out only idle keep-alive connections, after a response).
+Without it, a thousand connections that open and never finish their request stay open
+for good (uvicorn times out only idle keep-alive connections, after a response). The
+limit lives in the protocol, not in the app: it then costs nothing per request but a
+timer, and a request that is slow to arrive never reaches the app at all.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ def _header_timed(seconds: float) -> type[HttpToolsProtocol]:
 
 
 class _HeaderTimedProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, closing connections that are slow to send headers:
-    `header_timeout` seconds from connect, or from the end of the previous response."""
+    """uvicorn's httptools protocol, closing connections that are slow to send a
+    request: `header_timeout` seconds from connect, or from the end of the previous
+    response, to the end of the request's body."""
 
     header_timeout: float = 10.0
     _header_timer: asyncio.TimerHandle | None = None
@@ -38,9 +41,9 @@ class _HeaderTimedProtocol(HttpToolsProtocol):
         if self._header_timer is None:
             self._arm()
 
-    def on_headers_complete(self) -> None:
+    def on_message_complete(self) -> None:
         self._disarm()
-        super().on_headers_complete()
+        super().on_message_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -62,8 +65,7 @@ class _HeaderTimedProtocol(HttpToolsProtocol):
 
     def _expire(self) -> None:
         self._header_timer = None
-        if self.cycle is None or self.cycle.response_complete:
-            self.transport.close()
+        self.transport.close()
 
 
 def uvicorn_config(

@@ -17,6 +17,11 @@ from typing import Any, Final, Literal
 import orjson
 
 CACHEABLE_METHODS: Final = frozenset({"tools/call", "resources/read"})
+METADATA_METHODS: Final = frozenset(
+    {"tools/list", "prompts/list", "resources/list", "resources/templates/list", "server/discover"}
+)
+"""Results the 2026-07-28 specification marks cacheable besides `resources/read`: cached
+only where the server's `metadataTTL` says so."""
 NAME_PARAM: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 """The params member each name-bearing method mirrors into the `Mcp-Name` header."""
 
@@ -178,6 +183,8 @@ class Verdict:
     reason: NotStoredReason | None
     result: bytes = b""
     ttl_cap: float | None = None
+    ttl_at: int = 0
+    """Where the value of the result's `ttlMs` starts in `result` (0: it has none)."""
 
 
 def judge_response(response: Mapping[str, Any]) -> Verdict:
@@ -202,7 +209,19 @@ def judge_response(response: Mapping[str, Any]) -> Verdict:
         if ttl_ms <= 0:
             return Verdict("ttl_zero")
         ttl_cap = ttl_ms / 1000
-    return Verdict(None, orjson.dumps(result), ttl_cap)
+    encoded, ttl_at = encode_result(result)
+    return Verdict(None, encoded, ttl_cap, ttl_at)
+
+
+def encode_result(result: Mapping[str, Any]) -> tuple[bytes, int]:
+    """A result's bytes with its `ttlMs` (when it has one) written last, and the offset
+    of that value: a hit restates the remaining freshness there without re-encoding."""
+    ttl_ms = result.get("ttlMs")
+    if not isinstance(ttl_ms, int | float) or isinstance(ttl_ms, bool):
+        return orjson.dumps(result), 0  # none, or none a client could read: left as it is
+    rest = orjson.dumps({k: v for k, v in result.items() if k != "ttlMs"})
+    head = rest[:-1] + (b',"ttlMs":' if len(rest) > 2 else b'"ttlMs":')
+    return head + orjson.dumps(result["ttlMs"]) + b"}", len(head)
 
 
 _LONG_NUMBER: Final = re.compile(rb"\d[\d.]{15,}")
@@ -248,14 +267,23 @@ def is_server_request(message: Mapping[str, Any]) -> bool:
 
 
 _RESPONSE_HEAD = b'{"jsonrpc":"2.0","id":'
-_RESULT = b',"result":'
+RESULT: Final = b',"result":'
+ERROR: Final = b',"error":'
+"""The member that follows the id in a framed response."""
 _EVENT_HEAD = b"event: message\ndata: "
 
 
-def frame_response(request_id: Any, result: bytes, event: bool = False) -> bytes:
-    """The JSON-RPC response bytes for a stored result under the caller's own id, as
-    plain JSON or as one SSE `message` event (JSON never contains a raw newline)."""
-    parts = [_RESPONSE_HEAD, orjson.dumps(request_id), _RESULT, result, b"}"]
+def frame_response(
+    request_id: Any,
+    result: bytes | memoryview,
+    event: bool = False,
+    member: bytes = RESULT,
+    tail: bytes = b"",
+) -> bytes:
+    """The JSON-RPC response bytes for a stored result (or, with `member=ERROR`, an
+    error) under the caller's own id, as plain JSON or as one SSE `message` event (JSON
+    never contains a raw newline). `tail` follows `result` inside the member's value."""
+    parts = [_RESPONSE_HEAD, orjson.dumps(request_id), member, result, tail, b"}"]
     if event:
         parts.insert(0, _EVENT_HEAD)
         parts.append(b"\n\n")

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any, get_args
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram
 
 from .store import EvictionReason, ResponseCache
 
+_SHARED_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -79,6 +80,9 @@ class Metrics:
         )
         for reason in get_args(EvictionReason):
             self.evictions.labels(reason)
+        # Present from the start at 0, so that increase() sees the first rejection.
+        for result in ("applied", "rejected"):
+            self.config_reloads.labels(result)
         self._request_children: dict[tuple[str, str, str], Any] = {}
 
     def count(self, server: str, method: str, outcome: str) -> None:
@@ -98,3 +102,50 @@ class Metrics:
         self.bytes.set_function(lambda: cache.currsize)
         self.max_entries.set_function(lambda: cache.max_entries)
         self.max_bytes.set_function(lambda: cache.max_bytes)
+
+
+class SharedMetrics:
+    """The shared tier's instruments, registered only when the tier is on.
+
+    Labels are a fixed handful of operation and result names: no server, caller or key.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.lookups = Counter(
+            "mcpcache_shared_lookups",
+            "Shared-tier lookups after a memory miss: hit, miss, refused (a value that "
+            "failed verification), error, or skipped (the breaker was open).",
+            ["result"],
+            registry=registry,
+        )
+        self.stores = Counter(
+            "mcpcache_shared_stores",
+            "Writes of stored answers to the shared tier: stored, error, skipped (the "
+            "breaker was open) or dropped (too many writes already in flight).",
+            ["result"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            "mcpcache_shared_errors",
+            "Failed shared-tier operations, by operation and kind (timeout, connection, response).",
+            ["op", "kind"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "mcpcache_shared_operation_duration_seconds",
+            "Time a shared-tier operation took, failures included.",
+            ["op"],
+            buckets=_SHARED_BUCKETS,
+            registry=registry,
+        )
+        self.breaker = Enum(
+            "mcpcache_shared_breaker",
+            "The shared tier's circuit breaker: closed (in use), open (skipped after "
+            "failures), half_open (one operation probing whether it is back).",
+            states=["closed", "open", "half_open"],
+            registry=registry,
+        )
+        for result in ("hit", "miss", "refused", "error", "skipped"):
+            self.lookups.labels(result)
+        for result in ("stored", "error", "skipped", "dropped"):
+            self.stores.labels(result)

@@ -7,16 +7,18 @@ asks; nothing else decides.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Literal
 
 from .config import Server
 from .headers import cache_directives, repeated_or_hidden
 from .key import cache_key, secret_digest
 from .messages import (
     CACHEABLE_METHODS,
+    METADATA_METHODS,
     REQUEST_STATE_PARAMS,
     BypassReason,
     Message,
@@ -76,8 +78,17 @@ class Lookup:
 
 
 def bypass_reason(server: Server, message: Message) -> BypassReason | None:
-    """Why this request is never answered from the cache, or None if it may be."""
-    if message.method not in CACHEABLE_METHODS or not message.is_request:
+    """Why this request is never answered from the cache, or None if it may be.
+
+    List methods and `server/discover` are looked up only on servers with a
+    `metadataTTL`; the key rules are the same as for calls (every cursor is its own
+    page, every caller its own entry)."""
+    if not message.is_request:
+        return "method"
+    if message.method in METADATA_METHODS:
+        if not server.cache.metadata_ttl:
+            return "method"
+    elif message.method not in CACHEABLE_METHODS:
         return "method"
     params = message.params
     if any(name in params for name in REQUEST_STATE_PARAMS):
@@ -94,12 +105,18 @@ def bypass_reason(server: Server, message: Message) -> BypassReason | None:
 def keyed_headers(server: Server, headers: Mapping[str, str]) -> frozenset[str]:
     """Every request header the key depends on: the configured identity headers, any
     header present whose name looks like a credential, the session and the version."""
+    return _keyed(server.cache.identity_headers, tuple(headers))
+
+
+@functools.lru_cache(maxsize=512)
+def _keyed(identity_headers: tuple[str, ...], present: tuple[str, ...]) -> frozenset[str]:
+    # Memoised: a client sends the same header names on every call.
     looks_like = {
         name
-        for name in headers
+        for name in present
         if CREDENTIAL_LIKE.search(name) is not None and name not in _NOT_CREDENTIALS
     }
-    return frozenset({*server.cache.identity_headers, *looks_like, SESSION_HEADER, PROTOCOL_HEADER})
+    return frozenset({*identity_headers, *looks_like, SESSION_HEADER, PROTOCOL_HEADER})
 
 
 def session_scope(server: Server, session_id: str) -> str:
@@ -135,8 +152,11 @@ def plan(
     if reason is not None:
         return Bypass(reason)
     keyed = keyed_headers(server, headers)
-    if (problem := repeated_or_hidden(raw_headers, keyed | ROUTING_HEADERS)) is not None:
-        raise RequestRefused(problem)
+    # Only a request with a repeated header or a `Connection` header can be ambiguous.
+    if len(raw_headers) != len(headers) or "connection" in headers:
+        problem = repeated_or_hidden(raw_headers, keyed | ROUTING_HEADERS)
+        if problem is not None:
+            raise RequestRefused(problem)
     assert message.method is not None
     who = identity(server, headers, keyed)
     key = cache_key(server.name, message.method, message.params, app_id, who)
@@ -190,13 +210,59 @@ def _varies_within_key(keyed: frozenset[str], vary: str) -> bool:
     return "*" not in names and names <= keyed | _KEYED_BY_BODY
 
 
-def storage_ttl(server: Server, verdict: Verdict, headers: Mapping[str, str]) -> float:
-    """How long a storable answer is kept: the server's TTL, shortened by the result's
-    own freshness hint and by the upstream's `max-age`/`s-maxage`."""
+def storage_ttl(
+    server: Server, verdict: Verdict, headers: Mapping[str, str], method: str | None = None
+) -> float:
+    """How long a storable answer is kept: the server's TTL (`metadataTTL` for lists
+    and discovery), shortened by the result's own freshness hint and by the upstream's
+    `max-age`/`s-maxage`."""
     ttl = server.cache.ttl
+    if method in METADATA_METHODS and server.cache.metadata_ttl:
+        ttl = server.cache.metadata_ttl
     if verdict.ttl_cap is not None:
         ttl = min(ttl, verdict.ttl_cap)
     max_age = _max_age(cache_directives(headers.get("cache-control", "")))
     if max_age is not None:
         ttl = min(ttl, max_age)
     return ttl
+
+
+FollowerShare = Literal["shared", "failed", "alone"]
+
+_SHARED_WHEN_NOT_STORED: Final[frozenset[NotStoredReason]] = frozenset(
+    {"error", "tool_error", "ttl_zero", "too_large", "over_budget"}
+)
+"""Answers not stored that are still every identical request's answer. Any other reason
+(a status other than 200 and the headers that explain it, what the upstream marked
+private or as varying on a header outside the key, a cookie, a question for the client,
+an answer that depends on the client's reply, a task handle, a session's reused id, a
+number that would not survive re-encoding) keeps the answer for the one request that
+went upstream: the list is of what may be shared, so a new reason is never shared."""
+
+
+def follower_share(
+    status: int, verdict: Verdict, answered: bool, final_kept: bool
+) -> FollowerShare:
+    """What requests collapsed onto another identical request (same key) receive.
+
+    `shared`: its final answer, stored or not (an error or `isError` is theirs too).
+    `failed`: the upstream failed them all: a server error, or a body that broke off
+    before the answer (a stale entry may stand in). `alone`: each forwards on its own,
+    also when the answer was too large to keep for them."""
+    if status >= 500 or (verdict.reason == "incomplete" and not answered):
+        return "failed"
+    if not final_kept or (
+        verdict.reason is not None and verdict.reason not in _SHARED_WHEN_NOT_STORED
+    ):
+        return "alone"
+    return "shared"
+
+
+def stale_while_revalidating(server: Server, expires_at: float, now: float) -> bool:
+    """An expired entry may answer at once while it is fetched again."""
+    return now < expires_at + (server.cache.stale_while_revalidate or 0.0)
+
+
+def stale_on_error(server: Server, expires_at: float, now: float) -> bool:
+    """An expired entry may answer because the upstream failed."""
+    return now < expires_at + (server.cache.stale_if_error or 0.0)

@@ -1,8 +1,14 @@
 """The caching proxy: one MCP request in, a cached or forwarded response out.
 
 The request path is a short chain of named steps: guard the listener, find the server,
-read and check the message, ask the policy, then answer from the cache or forward. The
-decisions live in `policy`; the reading in `incoming`; the relaying in `relay`.
+read and check the message, ask the policy, then answer from the cache (memory, then the
+shared tier when there is one) or forward. The decisions live in `policy`; the reading in
+`incoming`; the relaying in `relay`; the sharing of one upstream call between identical
+requests in `coalesce`; the shared tier on Redis in `shared`.
+
+A cacheable miss always goes upstream in a flight, a task of its own: its client may go
+away without taking the answer from requests that wait for the same one, and a stale
+entry's background refresh is the same fetch with no client at all.
 """
 
 from __future__ import annotations
@@ -10,13 +16,17 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
+import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp
 
 from . import cache_status, policy
 from .capture import ResponseCapture
+from .coalesce import ALONE, ENDED_EARLY, Coalescer, Flight, Head, Outcome
 from .config import Server, SidecarConfig
 from .errors import (
     FORBIDDEN,
@@ -31,17 +41,20 @@ from .flights import SessionFlights, Ticket
 from .headers import forward_headers, response_headers
 from .hit import HitResponse
 from .incoming import Incoming
-from .messages import INVALID_REQUEST, Message, Verdict, method_label
+from .messages import ERROR, INVALID_REQUEST, RESULT, Message, Verdict, method_label
 from .metrics import Metrics
 from .origin import OriginPolicy
 from .relay import Call, Relay
-from .store import ResponseCache
+from .shared import SharedTier
+from .store import Entry, ResponseCache
 from .upstream import UpstreamClient, UpstreamFailure, UpstreamResponse
 
 logger = logging.getLogger("mcpcache.sidecar")
 
 
-def _with_headers(response: Response, headers: list[tuple[str, str]], status: str) -> Response:
+def _with_headers(
+    response: Response, headers: list[tuple[str, str]] | tuple[tuple[str, str], ...], status: str
+) -> Response:
     response.raw_headers.extend((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers)
     response.raw_headers.append((b"cache-status", status.encode()))
     return response
@@ -58,16 +71,23 @@ class Proxy:
         metrics: Metrics,
         client: UpstreamClient,
         origin_policy: OriginPolicy,
+        shared: SharedTier | None = None,
     ) -> None:
         self._config = config
         self.cache = cache
         self.metrics = metrics
         self.client = client
         self.origin_policy = origin_policy
+        self.shared = shared
         self.via_token = f"mcpcache-{secrets.token_hex(8)}"
         """This sidecar's name in `Via`: a request that already carries it has looped."""
         self.via = f"1.1 {self.via_token}"
         self.flights = SessionFlights()
+        self.coalescer = Coalescer()
+
+    async def aclose(self) -> None:
+        """End every upstream fetch still running (at shutdown)."""
+        await self.coalescer.aclose()
 
     async def handle(self, incoming: Incoming, server_name: str) -> ASGIApp:
         try:
@@ -82,7 +102,7 @@ class Proxy:
             return await self._pass_through(
                 incoming, server, None, None, cache_status.forwarded("method")
             )
-        raw = await incoming.read_body(config.max_request_bytes, config.header_timeout)
+        raw = await incoming.read_body(config.max_request_bytes)
         message = incoming.message(raw)
         try:
             plan = policy.plan(
@@ -101,8 +121,42 @@ class Proxy:
         if entry is not None:
             self.metrics.count(server.name, method, "hit")
             return HitResponse.of(entry, message.id, self.cache.timer())
-        self.metrics.count(server.name, method, "miss")
-        return await self._miss(incoming, server, message, raw, plan)
+        if self.shared is not None and not plan.session:
+            # Answers given inside a legacy session end with it: they stay in memory.
+            entry = await self._shared_lookup(self.shared, config.app_id, server, message, plan.key)
+            if entry is not None:
+                self.metrics.count(server.name, method, "hit")
+                return HitResponse.of(entry, message.id, self.cache.timer(), shared=True)
+        request = Request(incoming, server, message, raw, plan, method, config.app_id)
+        return await self._miss(request)
+
+    async def _shared_lookup(
+        self, shared: SharedTier, app_id: str, server: Server, message: Message, key: str
+    ) -> Entry | None:
+        """The shared tier's entry for `key` (verified there), copied into memory for
+        the rest of its life (never longer than this sidecar would keep such an answer);
+        None on a miss or when Redis is out of reach."""
+        longest = policy.storage_ttl(server, Verdict(None), {}, message.method)
+        found = await shared.get(app_id, server.name, key, server.cache.effective_max_size, longest)
+        if found is None:
+            return None
+        value, remaining = found
+        age = max(0.0, shared.clock() - value.stored_at)
+        entry = self.cache.store(
+            key,
+            value.result,
+            value.event_stream,
+            remaining,
+            keep_stale=server.cache.keep_stale,
+            ttl_at=value.ttl_at,
+            age=age,
+        )
+        if entry is None:  # larger than the whole memory budget: served, not kept
+            now = self.cache.timer()
+            entry = Entry(
+                value.result, value.event_stream, now - age, now + remaining, ttl_at=value.ttl_at
+            )
+        return entry
 
     def _route(self, incoming: Incoming, config: SidecarConfig, server_name: str) -> Server:
         """The listener's guards, then the named server."""
@@ -147,44 +201,190 @@ class Proxy:
         streaming = StreamingResponse(relay.stream(b""), response.status)
         return _with_headers(streaming, response_headers(response.headers), status)
 
-    async def _miss(
-        self,
-        incoming: Incoming,
-        server: Server,
-        message: Message,
-        raw: bytes,
-        lookup: policy.Lookup,
-    ) -> Response:
-        """Forward a cacheable request, relay its answer and store it if the policy allows."""
-        call, response, ticket = await self._open(incoming, server, message, raw)
+    async def _miss(self, request: Request) -> ASGIApp:
+        """A cacheable request the cache cannot answer fresh: answer from a stale entry
+        while it is fetched again, wait for an identical request already upstream, or
+        go upstream."""
+        key, server = request.key, request.server
+        now = self.cache.timer()
+        stale = self.cache.get_stale(key)
+        if stale is not None and policy.stale_while_revalidating(server, stale.expires_at, now):
+            if not self.coalescer.running(key):
+                self.coalescer.start(
+                    key, self._fetcher(request), leader=False, shared=True, keep_going=True
+                )
+            self.metrics.count(server.name, request.method, "stale")
+            return HitResponse.stale(
+                stale, request.message.id, now, cache_status.STALE_WHILE_REVALIDATE
+            )
+        flight = self.coalescer.joinable(key)
+        if flight is not None:
+            return await self._follow(request, flight)
+        # A flight with no room left keeps its followers; this request goes on its own.
+        return await self._lead(request, shared=not self.coalescer.running(key))
+
+    async def _lead(self, request: Request, shared: bool) -> ASGIApp:
+        """Go upstream in a flight of this request's own, reading its bytes as they come."""
+        server, method = request.server, request.method
+        flight = self.coalescer.start(
+            request.key, self._fetcher(request), leader=True, shared=shared
+        )
+        try:
+            head = await flight.head()
+        except BaseException:
+            flight.detach_leader()
+            raise
+        if head.failure is not None or head.status >= 500:
+            stale = self._stale_on_error(request)
+            if stale is not None or head.failure is not None:
+                flight.detach_leader()
+            if stale is not None:
+                self.metrics.count(server.name, method, "stale")
+                status = cache_status.stale_if_error(head.status or None)
+                return HitResponse.stale(stale, request.message.id, self.cache.timer(), status)
+            if head.failure is not None:
+                self.metrics.count(server.name, method, "miss")
+                raise self._failure_error(server, head.failure, request.message.id)
+        self.metrics.count(server.name, method, "miss")
+        if head.complete:
+            flight.detach_leader()
+            return _with_headers(
+                Response(head.prefix, head.status), head.headers, head.cache_status
+            )
+        streaming = StreamingResponse(flight.leader_body(head.prefix), head.status)
+        return _with_headers(streaming, head.headers, head.cache_status)
+
+    async def _follow(self, request: Request, flight: Flight) -> ASGIApp:
+        """Wait for an identical request's answer; take it under this request's own id."""
+        server, method, request_id = request.server, request.method, request.message.id
+        outcome = await flight.wait_as_follower(server.timeout)
+        if outcome is None:  # the flight is stuck: do not wait on it any longer
+            return await self._lead(request, shared=False)
+        if outcome.kind == "shared":
+            self.metrics.count(server.name, method, "collapsed")
+            detail = cache_status.detail(outcome.reason) if outcome.reason else None
+            status = cache_status.forwarded("miss", detail, collapsed=True)
+            return HitResponse.shared(
+                request_id, outcome.payload, outcome.event_stream, status, outcome.member
+            )
+        if outcome.kind == "failed":
+            stale = self._stale_on_error(request)
+            if stale is not None:
+                self.metrics.count(server.name, method, "stale")
+                status = cache_status.stale_if_error(outcome.upstream_status)
+                return HitResponse.stale(stale, request_id, self.cache.timer(), status)
+            if outcome.failure is not None:
+                self.metrics.count(server.name, method, "collapsed")
+                raise self._failure_error(server, outcome.failure, request_id)
+        return await self._lead(request, shared=False)
+
+    def _stale_on_error(self, request: Request) -> Entry | None:
+        entry = self.cache.get_stale(request.key)
+        if entry is None:
+            return None
+        if not policy.stale_on_error(request.server, entry.expires_at, self.cache.timer()):
+            return None
+        return entry
+
+    def _fetcher(self, request: Request) -> Callable[[Flight], Awaitable[None]]:
+        """The upstream fetch for `request`, sent with exactly its own headers and body
+        (whoever else waits for the answer, the credentials are this request's)."""
+        headers = forward_headers(request.incoming.raw_headers, self.via)
+
+        async def fetch(flight: Flight) -> None:
+            await self._fetch(flight, request, headers)
+
+        return fetch
+
+    async def _fetch(
+        self, flight: Flight, request: Request, headers: list[tuple[str, str]]
+    ) -> None:
+        """One upstream call of a cacheable request, in its flight's own task: relay to
+        the leader (while it is there), settle the followers' answer, store if allowed.
+
+        Inside a legacy session the call holds a ticket for its id until its answer has
+        passed (see `flights`); an answer given while another request used the same id
+        is neither stored nor shared."""
+        server, message, incoming = request.server, request.message, request.incoming
+        call = Call(server.name, request.method, message.id, time.perf_counter())
+        ticket = None
+        session = incoming.headers.get(policy.SESSION_HEADER)
+        if session is not None:
+            ticket = self.flights.begin(policy.session_scope(server, session), message.id)
+        try:
+            response = await self.client.open(
+                "POST", server.url, headers, request.raw, server.timeout, server.timeout
+            )
+        except BaseException as exc:
+            if ticket is not None:
+                self.flights.end(ticket)
+            if not isinstance(exc, UpstreamFailure):
+                raise
+            self._upstream_failed(call, exc)
+            flight.fail(exc)
+            return
         self._forget_ended_session(incoming, server, response)
+        status = response.status
         refused = policy.response_refusal(
-            server, lookup, response.status, response.header_map, response.event_stream
+            server, request.lookup, status, response.header_map, response.event_stream
         )
         capture = ResponseCapture(
             message.id, response.event_stream, server.cache.effective_max_size, refused
         )
+        flight.capture = capture
+        if refused is not None:
+            flight.settle(_outcome(status, capture, Verdict(refused)))
 
         def store(verdict: Verdict, event_stream: bool) -> Verdict:
             if ticket is not None and ticket.reused and verdict.reason is None:
                 verdict = Verdict("id_reused")
-            ttl = policy.storage_ttl(server, verdict, response.header_map)
-            return self._store(server, lookup, verdict, event_stream, ttl)
+            ttl = policy.storage_ttl(server, verdict, response.header_map, message.method)
+            verdict = self._store(request, verdict, event_stream, ttl)
+            flight.settle(_outcome(status, capture, verdict))
+            return verdict
 
         relay = Relay(response, call, self.metrics, capture, store, self._ender(ticket))
-        headers = response_headers(response.headers)
+        headers_out = tuple(response_headers(response.headers))
         if response.event_stream:
-            return _with_headers(
-                StreamingResponse(relay.stream(b""), response.status), headers, cache_status.MISS
+            flight.open_head(Head(status, headers_out, cache_status.MISS))
+        else:
+            # A JSON answer is one message: read it (up to maxSize) before the headers, so
+            # that Cache-Status can say whether it was stored.
+            try:
+                prefix = await relay.read_prefix()
+            except UpstreamFailure as exc:
+                flight.fail(exc)
+                return
+            if relay.done:
+                flight.open_head(Head(status, headers_out, relay.cache_status(), prefix, True))
+                return
+            too_large = cache_status.forwarded("miss", cache_status.detail("too_large"))
+            flight.open_head(Head(status, headers_out, too_large, prefix))
+        await relay.deliver(flight.deliver)
+
+    def _failure_error(
+        self, server: Server, failure: UpstreamFailure, request_id: Any
+    ) -> ProxyError:
+        """The caller's error for an upstream that did not answer (or broke off)."""
+        if failure.kind == "timeout":
+            return ProxyError(
+                504,
+                UPSTREAM_TIMEOUT,
+                f"MCP server {server.name!r} did not answer within {server.timeout:g}s",
+                request_id,
             )
-        # A JSON answer is one message: read it (up to maxSize) before the headers, so
-        # that Cache-Status can say whether it was stored.
-        prefix = await relay.read_prefix()
-        if relay.done:
-            return _with_headers(Response(prefix, response.status), headers, relay.cache_status())
-        too_large = cache_status.forwarded("miss", cache_status.detail("too_large"))
-        return _with_headers(
-            StreamingResponse(relay.stream(prefix), response.status), headers, too_large
+        if failure.kind == "broken":
+            return ProxyError(
+                502,
+                UPSTREAM_UNAVAILABLE,
+                f"MCP server {server.name!r} failed mid-response: {failure.cause_name}",
+                request_id,
+            )
+        return ProxyError(
+            502,
+            UPSTREAM_UNAVAILABLE,
+            f"MCP server {server.name!r} is unreachable: {failure.cause_name}",
+            request_id,
         )
 
     def _ender(self, ticket: Ticket | None) -> Callable[[], None] | None:
@@ -233,19 +433,7 @@ class Proxy:
             )
         except UpstreamFailure as exc:
             self._upstream_failed(call, exc)
-            if exc.kind == "timeout":
-                raise ProxyError(
-                    504,
-                    UPSTREAM_TIMEOUT,
-                    f"MCP server {server.name!r} did not answer within {server.timeout:g}s",
-                    request_id,
-                ) from exc
-            raise ProxyError(
-                502,
-                UPSTREAM_UNAVAILABLE,
-                f"MCP server {server.name!r} is unreachable: {exc.cause_name}",
-                request_id,
-            ) from exc
+            raise self._failure_error(server, exc, request_id) from exc
         return call, response
 
     def _upstream_failed(self, call: Call, exc: UpstreamFailure) -> None:
@@ -274,21 +462,67 @@ class Proxy:
         if ended or response.status == 404:
             self.cache.purge_session(policy.session_scope(server, session))
 
-    def _store(
-        self,
-        server: Server,
-        lookup: policy.Lookup,
-        verdict: Verdict,
-        event_stream: bool,
-        ttl: float,
-    ) -> Verdict:
-        """Store a storable answer; count why not otherwise."""
+    def _store(self, request: Request, verdict: Verdict, event_stream: bool, ttl: float) -> Verdict:
+        """Store a storable answer in memory and, only if memory kept it and it belongs
+        to no legacy session, in the shared tier (without waiting for it); count why not
+        otherwise."""
+        server, lookup = request.server, request.lookup
         if verdict.reason is None:
             stored = self.cache.store(
-                lookup.key, verdict.result, event_stream, ttl, session=lookup.session
+                lookup.key,
+                verdict.result,
+                event_stream,
+                ttl,
+                lookup.session,
+                server.cache.keep_stale,
+                verdict.ttl_at,
             )
             if stored is None:
                 verdict = Verdict("over_budget")
+            elif self.shared is not None and not lookup.session:
+                self.shared.put(
+                    request.app_id,
+                    server.name,
+                    lookup.key,
+                    verdict.result,
+                    event_stream,
+                    ttl,
+                    server.cache.effective_max_size,
+                )
         if verdict.reason is not None:
             self.metrics.not_stored.labels(server.name, verdict.reason).inc()
         return verdict
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A cacheable request on its way: what it is, for whom (`key`), and its bytes."""
+
+    incoming: Incoming
+    server: Server
+    message: Message
+    raw: bytes
+    lookup: policy.Lookup
+    method: str
+    """Its metrics label."""
+    app_id: str
+    """The caller's app id when it arrived (the shared tier files its answer under it)."""
+
+    @property
+    def key(self) -> str:
+        return self.lookup.key
+
+
+def _outcome(status: int, capture: ResponseCapture, verdict: Verdict) -> Outcome:
+    """The followers' answer, from the leader's answer as judged so far."""
+    share = policy.follower_share(status, verdict, capture.final_seen, capture.final is not None)
+    if share == "failed":
+        if status >= 500:
+            return Outcome("failed", upstream_status=status)
+        return Outcome("failed", failure=ENDED_EARLY)
+    if share == "alone" or capture.final is None:
+        return ALONE
+    final = capture.final
+    member = RESULT if "result" in final else ERROR
+    payload = orjson.dumps(final["result"] if "result" in final else final["error"])
+    return Outcome("shared", member, payload, capture.event_stream, verdict.reason)

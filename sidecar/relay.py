@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ import anyio
 
 from . import cache_status
 from .capture import ResponseCapture
-from .errors import UPSTREAM_UNAVAILABLE, ProxyError, error_body
+from .errors import UPSTREAM_UNAVAILABLE, error_body
 from .messages import Verdict, frame_event
 from .metrics import Metrics
 from .upstream import UpstreamFailure, UpstreamResponse
@@ -58,7 +58,8 @@ class Relay:
         self._chunks = response.chunks()
 
     async def read_prefix(self) -> bytes:
-        """Read a JSON body until it ends or outgrows the cap (then the rest streams)."""
+        """Read a JSON body until it ends or outgrows the cap (then the rest streams).
+        A body that breaks off raises `UpstreamFailure`, the response already closed."""
         assert self.capture is not None
         parts: list[bytes] = []
         try:
@@ -69,14 +70,16 @@ class Relay:
                     return b"".join(parts)
         except UpstreamFailure as exc:
             await self._close(exc)
-            raise ProxyError(
-                502,
-                UPSTREAM_UNAVAILABLE,
-                f"MCP server {self.call.server!r} failed mid-response: {exc.cause_name}",
-                self.call.request_id,
-            ) from exc
+            raise
         await self._close(None)
         return b"".join(parts)
+
+    async def deliver(self, sink: Callable[[bytes], Awaitable[None]]) -> None:
+        """Fetch the rest of the body with no client attached: in the caller's own task,
+        handing each chunk (and the closing error event of a stream that breaks) to
+        `sink`, which decides who still reads it. The capture sees every chunk either way."""
+        async for chunk in self.stream(b""):
+            await sink(chunk)
 
     def cache_status(self) -> str:
         """`Cache-Status` of a miss whose answer has been followed to its end."""

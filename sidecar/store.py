@@ -3,6 +3,10 @@
 Pure data structure, no I/O. Built on `cachetools.Cache`, whose `getsizeof` hook does
 the byte accounting and whose `popitem` hook chooses the victim; the entry-count budget
 is the second limit the base class does not have.
+
+An entry may outlive its expiry by its `keep_stale` window, for answers the policy
+allows when the upstream fails or while it is asked again. Such entries still count
+against both budgets, and, being expired, are the first to go when space is needed.
 """
 
 from __future__ import annotations
@@ -34,11 +38,27 @@ class Entry:
     expires_at: float
     session: str = ""
     """Digest of the legacy session the answer was given in ("" for none)."""
+    keep_stale: float = 0.0
+    """Seconds past `expires_at` the entry is kept, never as a fresh answer."""
+    ttl_at: int = 0
+    """Where the value of the result's `ttlMs` starts in `result` (0: it has none)."""
     seq: int = field(default=0, compare=False)
 
     @property
     def size(self) -> int:
         return len(self.result)
+
+    @property
+    def drop_at(self) -> float:
+        return self.expires_at + self.keep_stale
+
+    def result_parts(self, now: float) -> tuple[bytes | memoryview, bytes]:
+        """The stored result as (bytes, tail), its `ttlMs` restated as the freshness
+        left at `now` in milliseconds (0 once expired)."""
+        if not self.ttl_at:
+            return self.result, b""
+        left = max(0, int((self.expires_at - now) * 1000))
+        return memoryview(self.result)[: self.ttl_at], b"%d}" % left
 
 
 def _entry_size(entry: Entry) -> int:
@@ -71,23 +91,48 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         return int(self.maxsize)
 
     def get_fresh(self, key: str) -> Entry | None:
-        """The entry for `key` if it has not expired; an expired one is dropped."""
+        """The entry for `key` if it has not expired; one past its stale window is dropped."""
         entry = self.get(key)
         if entry is None:
             return None
-        if entry.expires_at <= self.timer():
-            self._remove(key, "expired")
+        now = self.timer()
+        if entry.expires_at <= now:
+            if entry.drop_at <= now:
+                self._remove(key, "expired")
             return None
         return entry
 
+    def get_stale(self, key: str) -> Entry | None:
+        """The entry for `key` if it has expired but is still within its stale window."""
+        entry = self.get(key)
+        if entry is None:
+            return None
+        now = self.timer()
+        if entry.expires_at <= now < entry.drop_at:
+            return entry
+        return None
+
     def store(
-        self, key: str, result: bytes, event_stream: bool, ttl: float, session: str = ""
+        self,
+        key: str,
+        result: bytes,
+        event_stream: bool,
+        ttl: float,
+        session: str = "",
+        keep_stale: float = 0.0,
+        ttl_at: int = 0,
+        age: float = 0.0,
     ) -> Entry | None:
-        """Store a result for `ttl` seconds; None when it can never fit the budget."""
+        """Store a result for `ttl` seconds, kept `keep_stale` seconds longer for stale
+        answers; None when it can never fit the budget.
+
+        `age` is how old the result already is (one copied from the shared tier), so that
+        a hit's `Age` counts from when the upstream answered."""
         if ttl <= 0 or len(result) > self.maxsize:
             return None
         now = self.timer()
-        self[key] = Entry(result, event_stream, now, now + ttl, session)
+        stored_at = now - max(0.0, age)
+        self[key] = Entry(result, event_stream, stored_at, now + ttl, session, keep_stale, ttl_at)
         return self.get(key)
 
     def __setitem__(self, key: str, entry: Entry) -> None:
@@ -133,15 +178,22 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         return self.purge([key for key, entry in self.items() if entry.session == session])
 
     def expire(self) -> int:
-        """Drop every expired entry; returns how many were dropped."""
+        """Drop every expired entry past its stale window; returns how many were dropped."""
         now = self.timer()
         dropped = 0
+        kept: list[tuple[float, int, str]] = []
         while self._expiry_heap and self._expiry_heap[0][0] <= now:
-            _, seq, key = heapq.heappop(self._expiry_heap)
-            entry = self.get(key)
-            if entry is not None and entry.seq == seq:
-                self._remove(key, "expired")
+            item = heapq.heappop(self._expiry_heap)
+            entry = self.get(item[2])
+            if entry is None or entry.seq != item[1]:
+                continue
+            if entry.drop_at <= now:
+                self._remove(item[2], "expired")
                 dropped += 1
+            else:
+                kept.append(item)
+        for item in kept:
+            heapq.heappush(self._expiry_heap, item)
         return dropped
 
     def _remove(self, key: str, reason: EvictionReason) -> None:

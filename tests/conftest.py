@@ -1,8 +1,5 @@
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +8,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from peers.binaries import go_built
 from peers.controlplane import BIN_ENV, Authority, ControlPlane
 from peers.operator import (
     OPERATOR_NAMESPACE,
@@ -19,6 +17,7 @@ from peers.operator import (
     install_operator_rbac,
 )
 from peers.paths import CHART, CRD
+from peers.redisserver import RedisServer, redis_server_binary
 from peers.serving import ServedApp, wait_until
 from peers.sidecar import RunningSidecar
 from peers.upstream import Upstream
@@ -40,6 +39,22 @@ def json_upstream() -> Iterator[tuple[Upstream, ServedApp]]:
     app = ServedApp(peer.app(json_response=True)).start()
     yield peer, app
     app.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One real Redis for the run, on a free loopback port; emptied by tests that need it."""
+    server = RedisServer(redis_server_binary()).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_redis_server() -> Iterator[RedisServer]:
+    """A Redis of the test's own, for tests that stop and restart it."""
+    server = RedisServer(redis_server_binary()).start()
+    yield server
+    server.stop()
 
 
 SidecarFactory = Callable[..., RunningSidecar]
@@ -83,24 +98,11 @@ def sidecar(
     )
 
 
-def _control_plane_binaries() -> Path:
-    """Where the control-plane binaries are; built on demand when Go is available."""
-    if bin_dir := os.environ.get(BIN_ENV):
-        return Path(bin_dir)
-    if shutil.which("go") is None:
-        reason = "no Go toolchain: the test control plane cannot be built (see tests/controlplane)"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    build = Path(__file__).parent / "controlplane" / "build.sh"
-    out = subprocess.run(["bash", str(build)], check=True, capture_output=True, text=True)
-    return Path(out.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
     """A real kube-apiserver with etcd, RBAC on, admin kubeconfig at `.kubeconfig`."""
-    plane = ControlPlane(_control_plane_binaries()).start()
+    build = Path(__file__).parent / "controlplane" / "build.sh"
+    plane = ControlPlane(go_built(BIN_ENV, build, "the test control plane")).start()
     try:
         yield plane
     finally:

@@ -46,6 +46,8 @@ def test_defaults_are_filled_in(control_plane, namespace) -> None:
         (mcpserver("b", url="not a url"), "must be an absolute http or https URL"),
         (mcpserver("c", ttl="5 minutes"), "ttl must be a duration such as 30s, 5m or 1h30m"),
         (mcpserver("d", metadataTTL="soon"), "metadataTTL must be a duration such as 30s"),
+        (mcpserver("d2", staleIfError="a while"), "staleIfError must be a duration such as"),
+        (mcpserver("d3", staleWhileRevalidate="0s"), "staleWhileRevalidate must be more than"),
         (mcpserver("e", maxSize="lots"), "maxSize must be a size such as 64Ki, 256Ki or 1Mi"),
         (mcpserver("h", ttl="999999999999h"), "ttl must be more than 0s and at most 24h"),
         (mcpserver("i", maxSize="0"), "maxSize must be at least 1 byte"),
@@ -68,6 +70,14 @@ def test_metadata_ttl_and_large_max_size_are_accepted(control_plane, namespace) 
     body = mcpserver("big", enabled=True, maxSize="8Mi", metadataTTL="5m")
     created = objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
     assert created["spec"]["cache"]["maxSize"] == "8Mi"
+
+
+def test_stale_windows_are_accepted(control_plane, namespace) -> None:
+    objects = client.CustomObjectsApi(control_plane.api_client())
+    body = mcpserver("stale", enabled=True, staleIfError="10m", staleWhileRevalidate="30s")
+    created = objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    assert created["spec"]["cache"]["staleIfError"] == "10m"
+    assert created["spec"]["cache"]["staleWhileRevalidate"] == "30s"
 
 
 def test_the_examples_apply_as_a_whole(control_plane, crd, tmp_path: Path) -> None:

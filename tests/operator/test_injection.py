@@ -47,6 +47,18 @@ def create(core: client.CoreV1Api, namespace: str, body: dict, **kwargs: object)
     return core.create_namespaced_pod(namespace, body, _request_timeout=30, **kwargs)
 
 
+POD_IP = "fieldRef:status.podIP"
+"""The metrics listener binds the pod's own IP, from the downward API."""
+
+
+def env_of(container: client.V1Container) -> dict[str, str]:
+    """A container's env, a downward-API value written as `fieldRef:<path>`."""
+    return {
+        e.name: e.value if e.value_from is None else f"fieldRef:{e.value_from.field_ref.field_path}"
+        for e in container.env
+    }
+
+
 def test_the_api_server_calls_the_charts_webhook_through_its_service(control_plane, operator):
     admission = client.AdmissionregistrationV1Api(control_plane.api_client())
     (webhook,) = admission.read_mutating_webhook_configuration(
@@ -67,7 +79,7 @@ def test_a_labelled_pod_gets_the_native_sidecar(core, namespace) -> None:
     assert sidecar.restart_policy == "Always"
     assert sidecar.image == SIDECAR_IMAGE
     assert sidecar.args[:3] == ["sidecar", "--servers-file", "/etc/mcpcache/config.yaml"]
-    assert {(e.name, e.value) for e in sidecar.env} == {("MCPCACHE_APP_ID", "checkout")}
+    assert env_of(sidecar) == {"MCPCACHE_APP_ID": "checkout", "MCPCACHE_METRICS_HOST": POD_IP}
     assert sidecar.security_context.run_as_non_root is True
     assert sidecar.security_context.read_only_root_filesystem is True
     assert sidecar.security_context.capabilities.drop == ["ALL"]
@@ -98,7 +110,7 @@ def test_the_sidecar_cannot_see_the_service_account_token(core, namespace) -> No
 def test_the_app_id_defaults_to_the_service_account(core, namespace) -> None:
     created = create(core, namespace, pod("agent", serviceAccountName="billing"))
     (sidecar,) = created.spec.init_containers
-    assert {(e.name, e.value) for e in sidecar.env} == {("MCPCACHE_APP_ID", "billing")}
+    assert env_of(sidecar) == {"MCPCACHE_APP_ID": "billing", "MCPCACHE_METRICS_HOST": POD_IP}
 
 
 def test_pods_without_the_label_are_never_sent_to_the_webhook(core, namespace, operator) -> None:

@@ -11,6 +11,7 @@ from mcpcache.operator.injection import (
     wants_sidecar,
 )
 from mcpcache.operator.settings import OperatorSettings
+from mcpcache.sidecar.config import parse_config
 
 SETTINGS = OperatorSettings(sidecar_image="example/mcpcache:test")
 
@@ -72,9 +73,59 @@ def test_the_operators_cache_budget_reaches_the_sidecar() -> None:
     )
     plan = plan_injection(pod(), settings)
     assert plan is not None
-    env = {e["name"]: e["value"] for e in plan["initContainers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in plan["initContainers"][0]["env"]}
     assert env["MCPCACHE_CACHE_MAX_ENTRIES"] == "300"
     assert env["MCPCACHE_CACHE_MAX_BYTES"] == "32Mi"
+
+
+def resolved_env(container: dict, namespace: str, secret: dict[str, str]) -> dict[str, str]:
+    """The container's environment as the kubelet would resolve it in `namespace`."""
+    env = {}
+    for item in container["env"]:
+        source = item.get("valueFrom")
+        if source is None:
+            env[item["name"]] = item["value"]
+        elif "fieldRef" in source:
+            fields = {"metadata.namespace": namespace, "status.podIP": "10.0.0.7"}
+            env[item["name"]] = fields[source["fieldRef"]["fieldPath"]]
+        elif (key := source["secretKeyRef"]["key"]) in secret:
+            assert source["secretKeyRef"]["optional"] is True
+            env[item["name"]] = secret[key]
+    return env
+
+
+def test_the_shared_cache_reaches_the_sidecars_of_the_chosen_namespaces() -> None:
+    settings = OperatorSettings.from_environment(
+        {
+            "MCPCACHE_SIDECAR_SHARED_CACHE_URL": "rediss://redis.cache.svc:6380/0",
+            "MCPCACHE_SIDECAR_SHARED_CACHE_TIMEOUT": "30ms",
+            "MCPCACHE_SIDECAR_SHARED_CACHE_NAMESPACES": "agents, tools",
+            "MCPCACHE_SIDECAR_SHARED_CACHE_SECRET": "mcpcache-redis",
+        }
+    )
+    plan = plan_injection(pod(), settings)
+    assert plan is not None
+    (sidecar,) = plan["initContainers"]
+    secret = {"username": "mcpcache-agents", "password": "s3cret"}
+    env = resolved_env(sidecar, "agents", secret)
+    assert env["MCPCACHE_SHARED_CACHE_PASSWORD"] == "s3cret"
+    # What the sidecar makes of it: its own config model reads the same variables.
+    shared = parse_config("servers: []", env).shared_cache
+    assert shared is not None
+    assert (shared.url, shared.timeout, shared.namespace) == (
+        "rediss://redis.cache.svc:6380/0",
+        0.03,
+        "agents",
+    )
+    elsewhere = resolved_env(sidecar, "billing", secret)
+    assert parse_config("servers: []", elsewhere).shared_cache is None
+
+
+def test_without_a_shared_cache_the_sidecar_has_no_redis_settings() -> None:
+    plan = plan_injection(pod(), SETTINGS)
+    assert plan is not None
+    names = {e["name"] for e in plan["initContainers"][0]["env"]}
+    assert not any("SHARED" in name or name == "MCPCACHE_NAMESPACE" for name in names)
 
 
 def test_an_injected_pod_is_left_alone() -> None:

@@ -72,3 +72,18 @@ def test_status_comparison_ignores_transition_times_only() -> None:
         again["conditions"][0]["lastTransitionTime"] == first["conditions"][0]["lastTransitionTime"]
     )
     assert not same_status(first, desired_status(effective, 2, first))
+
+
+def test_stale_windows_and_metadata_ttl_reach_the_sidecar() -> None:
+    cache = {
+        **SPEC["cache"],
+        "metadataTTL": "5m",
+        "staleIfError": "10m",
+        "staleWhileRevalidate": "30s",
+    }
+    effective = effective_server("docs", {**SPEC, "cache": cache})
+    assert effective.server is not None
+    server = parse_servers_file(render_config([effective.server]), environ={}).server("docs")
+    assert server is not None
+    assert server.cache.metadata_ttl == 300
+    assert (server.cache.stale_if_error, server.cache.stale_while_revalidate) == (600, 30)

@@ -76,6 +76,8 @@ SIZES: dict[Any, bool] = {
 
 CASES = [("ttl", v, ok) for v, ok in DURATIONS.items()]
 CASES += [("metadataTTL", v, ok) for v, ok in list(DURATIONS.items())[::3]]
+CASES += [("staleIfError", v, ok) for v, ok in list(DURATIONS.items())[1::3]]
+CASES += [("staleWhileRevalidate", v, ok) for v, ok in list(DURATIONS.items())[2::3]]
 CASES += [("maxSize", v, ok) for v, ok in SIZES.items()]
 
 
@@ -122,6 +124,8 @@ def test_the_crd_rules_use_the_models_patterns() -> None:
     for field, pattern in (
         ("ttl", DURATION_PATTERN),
         ("metadataTTL", DURATION_PATTERN),
+        ("staleIfError", DURATION_PATTERN),
+        ("staleWhileRevalidate", DURATION_PATTERN),
         ("maxSize", QUANTITY_PATTERN),
     ):
         for rule in cache[field]["x-kubernetes-validations"]:

@@ -36,6 +36,12 @@ NON_DEFAULT = {
         "logLevel": "WARNING",
         "cache": {"maxEntries": 256, "maxBytes": "16Mi"},
         "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+        "sharedCache": {
+            "url": "rediss://redis.cache.svc:6380/0",
+            "timeout": "30ms",
+            "namespaces": ["agents"],
+            "secretName": "mcpcache-redis",
+        },
     },
     "webhook": {"failurePolicy": "Fail", "timeoutSeconds": 3, "certManager": {"enabled": True}},
     "metrics": {
@@ -141,6 +147,7 @@ def test_the_operator_deployment_is_hardened_and_replicated(control_plane) -> No
     assert env["MCPCACHE_LEASE_NAME"] == "mcpcache-operator"
     assert container["resources"]["requests"]
     assert container["image"] == "ghcr.io/mcpcache/mcpcache:0.1.0"
+    assert not any("SHARED_CACHE" in e["name"] for e in container["env"])  # off by default
 
 
 def test_values_reach_the_operator_and_the_sidecar(control_plane, values_file) -> None:
@@ -155,6 +162,10 @@ def test_values_reach_the_operator_and_the_sidecar(control_plane, values_file) -
     assert env["MCPCACHE_NAMESPACES"] == "agents,tools"
     assert env["MCPCACHE_SIDECAR_CACHE_MAX_ENTRIES"] == "256"
     assert env["MCPCACHE_SIDECAR_CACHE_MAX_BYTES"] == "16Mi"
+    assert env["MCPCACHE_SIDECAR_SHARED_CACHE_URL"] == "rediss://redis.cache.svc:6380/0"
+    assert env["MCPCACHE_SIDECAR_SHARED_CACHE_TIMEOUT"] == "30ms"
+    assert env["MCPCACHE_SIDECAR_SHARED_CACHE_NAMESPACES"] == "agents"
+    assert env["MCPCACHE_SIDECAR_SHARED_CACHE_SECRET"] == "mcpcache-redis"
     assert pod["serviceAccountName"] == "custom-operator"
     assert pod["imagePullSecrets"] == [{"name": "registry"}]
     configuration = by_kind(documents, "MutatingWebhookConfiguration")

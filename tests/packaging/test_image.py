@@ -22,6 +22,10 @@ from peers.paths import ROOT
 
 DOCKERFILE = ROOT / "Dockerfile"
 
+# Replaying the image's install downloads and builds every dependency: minutes, not
+# the suite's usual two.
+pytestmark = pytest.mark.timeout(900)
+
 
 def instructions() -> list[tuple[str, str]]:
     text = DOCKERFILE.read_text().replace("\\\n", " ")

@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-from .serving import end_process_group, free_port
+from .serving import end_process_group, free_port, log_tail
 
 BIN_ENV = "MCPCACHE_CONTROLPLANE_BIN"
 """Directory with the `controlplane`, `kubectl` and `helm` binaries (see build.sh)."""
@@ -264,10 +264,7 @@ class ControlPlane:
             time.sleep(0.2)
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return log_tail(self.log_path, lines)
 
     def _write_kubeconfig(self) -> None:
         self.write_kubeconfig(

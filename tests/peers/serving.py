@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -116,6 +117,25 @@ def served(app: Any, lifespan: str = "on") -> Iterator[ServedApp]:
         yield running
     finally:
         running.stop()
+
+
+def spawn(
+    args: list[str], log_path: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a process in a session of its own (end it with `end_process_group`), its
+    output going to `log_path`."""
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last lines of a log file, for an error message; empty when there is none."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
 
 
 def end_process_group(process: subprocess.Popen[bytes], grace: float = 10.0) -> None:

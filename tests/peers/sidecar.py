@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,19 @@ class RunningSidecar:
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.metrics_port}"
 
+    def tasks(self) -> int:
+        """How many asyncio tasks the sidecar's event loop runs right now."""
+
+        async def count() -> int:
+            return len(asyncio.all_tasks())
+
+        assert self.sidecar.loop is not None
+        return asyncio.run_coroutine_threadsafe(count(), self.sidecar.loop).result(5)
+
+    def waiting(self) -> int:
+        """Requests waiting for an identical request's upstream call right now."""
+        return self.sidecar.proxy.coalescer.waiting()
+
     def scrape(self) -> Samples:
         """Every sample of /metrics, parsed by prometheus-client's own parser."""
         return parse_samples(httpx.get(f"{self.metrics_url}/metrics", timeout=10).text)
@@ -79,6 +93,11 @@ def sample(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def one_server(url: str, name: str = "s", **cache: Any) -> dict[str, Any]:
+def one_server(
+    url: str, name: str = "s", timeout: str | None = None, **cache: Any
+) -> dict[str, Any]:
     """A config document with one cached server (`cache` overrides its cache fields)."""
-    return {"servers": [{"name": name, "url": url, "cache": {"enabled": True, **cache}}]}
+    server: dict[str, Any] = {"name": name, "url": url, "cache": {"enabled": True, **cache}}
+    if timeout is not None:
+        server["timeout"] = timeout
+    return {"servers": [server]}

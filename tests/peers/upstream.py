@@ -13,12 +13,20 @@ from typing import Annotated, Any
 
 import anyio
 from mcp.server import MCPServer
-from mcp.server.caching import CacheHint
+from mcp.server.caching import CacheableMethod, CacheHint
 from mcp.server.mcpserver import Context, Elicit, Resolve, Sample
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import CreateMessageResult, SamplingMessage, TextContent
 from pydantic import BaseModel
+
+LIST_METHODS: tuple[CacheableMethod, ...] = (
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "server/discover",
+)
 
 
 class Answer(BaseModel):
@@ -50,14 +58,19 @@ class CountingASGI:
 class Upstream:
     """Tool and resource handlers plus the counters and gates tests drive them with."""
 
-    def __init__(self, resource_ttl_ms: int = 60_000) -> None:
+    def __init__(self, resource_ttl_ms: int = 60_000, list_ttl_ms: int | None = None) -> None:
+        """`list_ttl_ms`: the `ttlMs` of list and discovery results (the SDK's own
+        default, 0, when None)."""
         self.calls: collections.Counter[str] = collections.Counter()
         self.http: collections.Counter[str] = collections.Counter()
         self._gates: dict[str, threading.Event] = {}
-        self.server = MCPServer(
-            "upstream",
-            cache_hints={"resources/read": CacheHint(ttl_ms=resource_ttl_ms)},
-        )
+        hints: dict[CacheableMethod, CacheHint] = {
+            "resources/read": CacheHint(ttl_ms=resource_ttl_ms)
+        }
+        if list_ttl_ms is not None:
+            for method in LIST_METHODS:
+                hints[method] = CacheHint(ttl_ms=list_ttl_ms)
+        self.server = MCPServer("upstream", cache_hints=hints)
         self._register()
 
     def gate(self, name: str) -> threading.Event:
@@ -132,6 +145,20 @@ class Upstream:
                 await ctx.report_progress(i + 1, steps + 1, f"step {i + 1}")
             await anyio.to_thread.run_sync(self.gate(gate).wait, abandon_on_cancel=True)
             return f"done after {steps} steps"
+
+        @mcp.tool()
+        async def held(gate: str, ctx: Context, outcome: str = "ok", size: int = 0) -> str:
+            """Report progress, wait until the test opens `gate`, then answer with the
+            caller's credential and this call's number; `outcome` `tool_error` fails as a
+            tool error, and `size` pads the answer to about that many bytes."""
+            self.calls["held"] += 1
+            number = self.calls["held"]
+            user = (ctx.headers or {}).get("authorization", "anonymous")
+            await ctx.report_progress(0, 1, "waiting")
+            await anyio.to_thread.run_sync(self.gate(gate).wait, abandon_on_cancel=True)
+            if outcome == "tool_error":
+                raise ToolError(f"held call #{number} failed")
+            return f"user={user} #{number} " + "p" * size
 
         @mcp.tool()
         async def ask(ctx: Context) -> str:

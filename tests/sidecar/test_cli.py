@@ -47,6 +47,16 @@ def test_check_config_prints_the_effective_configuration(tmp_path: Path) -> None
     assert "ttl: 30s" in result.stdout
 
 
+def test_check_config_never_prints_the_shared_cache_password(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("servers: []\nsharedCache: {url: 'rediss://agents:hunter2@redis:6380/0'}")
+    result = run("check-config", str(path))
+    assert result.returncode == 0
+    assert "hunter2" not in result.stdout
+    assert "url: rediss://agents:***@redis:6380/0" in result.stdout
+    assert "timeout: 50ms" in result.stdout
+
+
 def test_check_config_explains_an_invalid_file(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("servers: [{name: docs, url: 'gopher://d'}]")

@@ -27,7 +27,8 @@ servers:
   - name: docs
     url: http://docs-mcp.tools.svc:8000/mcp
     timeout: 30s
-    cache: {enabled: true, ttl: 60s, maxSize: 256Ki, metadataTTL: 5m}
+    cache: {enabled: true, ttl: 60s, maxSize: 256Ki, metadataTTL: 5m, staleIfError: 10m,
+            staleWhileRevalidate: 30s}
 """
 
 
@@ -39,6 +40,8 @@ def test_every_field_but_servers_has_a_default() -> None:
     assert (config.cache.max_entries, config.cache.max_bytes) == (1024, 64 << 20)
     server = config.servers[0]
     assert (server.cache.enabled, server.cache.ttl, server.cache.max_size) == (False, 30, 65536)
+    assert server.cache.metadata_ttl is None, "lists are not cached unless asked"
+    assert server.cache.keep_stale == 0, "no stale answers unless asked"
     assert server.timeout == 30
 
 
@@ -49,6 +52,8 @@ def test_the_documented_shape_parses_and_round_trips() -> None:
     assert server.cache.ttl == 60
     assert server.cache.max_size == 256 << 10
     assert server.cache.metadata_ttl == 300
+    assert (server.cache.stale_if_error, server.cache.stale_while_revalidate) == (600, 30)
+    assert server.cache.keep_stale == 600
     assert parse_config(dump_config(config), environ={}) == config
     assert "maxSize: 256Ki" in dump_config(config)
     assert "ttl: 1m" in dump_config(config)

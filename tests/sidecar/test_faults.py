@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import uuid
 from collections.abc import Iterator
@@ -43,11 +42,7 @@ def sidecar(make_sidecar, faulty) -> RunningSidecar:
 
 
 def tasks(sidecar: RunningSidecar) -> int:
-    async def count() -> int:
-        return len(asyncio.all_tasks())
-
-    assert sidecar.sidecar.loop is not None
-    return asyncio.run_coroutine_threadsafe(count(), sidecar.sidecar.loop).result(5)
+    return sidecar.tasks()
 
 
 def upstream_sockets(faulty: FaultyUpstream) -> int:

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import orjson
+
+from mcpcache.sidecar.messages import encode_result
 from mcpcache.sidecar.store import EvictionReason, ResponseCache
 
 
@@ -124,3 +127,61 @@ def test_a_purge_is_counted_as_purged_not_as_capacity() -> None:
     assert cache.purge(["a", "missing"]) == 1
     assert set(cache) == {"b"}
     assert evicted == ["purged"]
+
+
+def test_an_expired_entry_is_kept_for_its_stale_window_but_never_served_fresh() -> None:
+    cache, clock, evicted = make()
+    cache.store("k", b"1", False, ttl=5, keep_stale=10)
+    assert cache.get_stale("k") is None, "a fresh entry is not stale"
+    clock.now += 5
+    assert cache.get_fresh("k") is None
+    assert cache.get_stale("k") is not None
+    assert cache.currsize == 1, "a stale entry still counts against the budget"
+    clock.now += 10
+    assert cache.get_stale("k") is None
+    assert cache.get_fresh("k") is None
+    assert "k" not in cache
+    assert evicted == ["expired"]
+
+
+def test_stale_entries_go_first_when_space_is_needed() -> None:
+    cache, clock, evicted = make(max_entries=2)
+    cache.store("stale", b"a", False, ttl=1, keep_stale=600)
+    cache.store("fresh", b"b", False, ttl=5)
+    clock.now += 2
+    cache.store("new", b"c", False, ttl=50)
+    assert set(cache) == {"fresh", "new"}
+    assert evicted == ["expired"]
+
+
+def test_expire_keeps_entries_within_their_stale_window() -> None:
+    cache, clock, _ = make()
+    cache.store("a", b"1", False, ttl=1)
+    cache.store("b", b"2", False, ttl=1, keep_stale=10)
+    clock.now += 5
+    assert cache.expire() == 1
+    assert set(cache) == {"b"}
+    clock.now += 10
+    assert cache.expire() == 1
+    assert len(cache) == 0
+
+
+def test_a_stored_ttl_hint_is_restated_as_the_freshness_left() -> None:
+    cache, clock, _ = make()
+    result, ttl_at = encode_result({"content": [], "ttlMs": 60000, "cacheScope": "private"})
+    entry = cache.store("k", result, False, ttl=30, ttl_at=ttl_at)
+    assert entry is not None
+    clock.now += 12.5
+    head, tail = entry.result_parts(clock.now)
+    restated = orjson.loads(bytes(head) + tail)
+    assert restated == {"content": [], "ttlMs": 17500, "cacheScope": "private"}
+    clock.now += 60
+    head, tail = entry.result_parts(clock.now)
+    assert orjson.loads(bytes(head) + tail)["ttlMs"] == 0
+
+
+def test_only_a_numeric_ttl_hint_is_restated() -> None:
+    assert encode_result({"content": [], "ttlMs": "soon"}) == (b'{"content":[],"ttlMs":"soon"}', 0)
+    assert encode_result({"content": []})[1] == 0
+    result, ttl_at = encode_result({"ttlMs": 5})
+    assert (result, ttl_at) == (b'{"ttlMs":5}', len(b'{"ttlMs":'))

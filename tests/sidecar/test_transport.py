@@ -12,6 +12,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client, post
 from peers.serving import async_wait_until, free_port, served
+from peers.sidecar import one_server
 from peers.upstream import Upstream
 
 
@@ -156,18 +157,7 @@ async def test_a_dead_upstream_gets_502_and_nothing_is_cached(make_sidecar) -> N
 async def test_a_slow_upstream_gets_504(make_sidecar) -> None:
     peer = Upstream()
     with served(peer.app(json_response=True)) as app:
-        sidecar = make_sidecar(
-            {
-                "servers": [
-                    {
-                        "name": "s",
-                        "url": app.base_url + "/mcp",
-                        "timeout": "300ms",
-                        "cache": {"enabled": True},
-                    }
-                ]
-            }
-        )
+        sidecar = make_sidecar(one_server(app.base_url + "/mcp", timeout="300ms"))
         gate = uuid.uuid4().hex
         try:
             body = call_body(9, "slow", {"steps": 0, "gate": gate})

@@ -1,0 +1,271 @@
+"""Collapsing identical cacheable misses into one upstream call.
+
+A `Flight` is one upstream fetch of a cacheable request, run in a task of its own so
+that no client's disconnect can cancel it while anyone still waits for its answer. The
+request that started it (the leader) reads the upstream's bytes as they arrive through a
+bounded channel; requests with the same cache key that arrive meanwhile (followers)
+wait for the final answer alone, which the flight settles on once the capture has judged
+it. `Coalescer` is the registry by key: the key is always the one `policy.plan` gave, so
+two requests share a flight exactly when they would share a cache entry.
+
+Nothing here decides what followers may receive (that is `policy.follower_share`) or
+frames an answer (that is `hit`); this module only keeps time, tasks and waiters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import anyio
+
+from .capture import ResponseCapture
+from .upstream import UpstreamFailure
+
+logger = logging.getLogger("mcpcache.sidecar")
+
+MAX_FOLLOWERS: Final = 128
+"""Followers one flight takes; more identical requests are forwarded on their own."""
+LEADER_BUFFER: Final = 32
+"""Chunks queued for a leader that reads slower than the upstream writes; past that the
+flight waits for it (its memory stays bounded)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """What the leader's response starts with, or why there is none."""
+
+    status: int = 0
+    headers: tuple[tuple[str, str], ...] = ()
+    cache_status: str = ""
+    prefix: bytes = b""
+    complete: bool = False
+    """The whole body is `prefix` (a JSON answer read to its end)."""
+    failure: UpstreamFailure | None = None
+    """The upstream did not answer (or broke before the leader's headers could go)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the followers of a flight get.
+
+    `shared`: the final JSON-RPC `member` (`result` or `error`) as bytes, framed for each
+    follower under its own id. `failed`: the upstream did not answer (`failure`) or
+    answered with a server error (`upstream_status`); a stale entry may stand in.
+    `alone`: the answer is not theirs to share; each forwards on its own.
+    """
+
+    kind: Literal["shared", "failed", "alone"]
+    member: bytes = b""
+    payload: bytes = b""
+    event_stream: bool = False
+    reason: str | None = None
+    """Why the shared answer was not stored, if it was not."""
+    failure: UpstreamFailure | None = None
+    upstream_status: int | None = None
+
+
+ALONE: Final = Outcome("alone")
+
+
+class AnswerMissing(Exception):
+    """The upstream's response ended, or the fetch did, before its final answer."""
+
+
+ENDED_EARLY: Final = UpstreamFailure("broken", AnswerMissing())
+"""What followers learn when the body ended or broke off before the answer."""
+
+
+class Flight:
+    """One upstream fetch, its leader's channel and its followers."""
+
+    def __init__(
+        self,
+        key: str,
+        leader: bool,
+        keep_going: bool,
+        on_settled: Callable[[Flight], None] = lambda flight: None,
+    ) -> None:
+        self.key = key
+        self.leader = leader
+        """A client reads the stream (it goes when that client does)."""
+        self.keep_going = keep_going
+        """Run to the end even with nobody waiting (a background refresh)."""
+        self.followers = 0
+        self.abandoned = False
+        self.outcome: Outcome | None = None
+        self.capture: ResponseCapture | None = None
+        self.task: asyncio.Task[None] | None = None
+        self._head: Head | None = None
+        self._head_ready = asyncio.Event()
+        self._settled = asyncio.Event()
+        self._send, self._receive = anyio.create_memory_object_stream[bytes](LEADER_BUFFER)
+        self._on_settled = on_settled
+        """Called once the flight takes no more followers (settled or abandoned)."""
+
+    # The fetching side (the flight's own task).
+
+    def open_head(self, head: Head) -> None:
+        if self._head is None:
+            self._head = head
+            self._head_ready.set()
+
+    def fail(self, failure: UpstreamFailure) -> None:
+        """The upstream did not answer: the leader and the followers learn it at once."""
+        self.open_head(Head(failure=failure))
+        self.settle(Outcome("failed", failure=failure))
+
+    def settle(self, outcome: Outcome) -> None:
+        """The followers' answer is known (the first call decides)."""
+        if self.outcome is None:
+            self.outcome = outcome
+            self._settled.set()
+            self._on_settled(self)
+
+    async def deliver(self, chunk: bytes) -> None:
+        """Pass a chunk to the leader, if it is still there; never raises for its sake."""
+        capture = self.capture
+        if capture is not None and capture.asked_client:
+            # The answer will depend on what the leader's client replies: not theirs.
+            self.settle(ALONE)
+        if not self.leader:
+            return
+        try:
+            await self._send.send(chunk)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self.detach_leader()
+
+    def progress(self) -> int:
+        """Bytes received from the upstream so far (-1 before its headers)."""
+        return self.capture.size if self.capture is not None else -1
+
+    def end(self) -> None:
+        """The task is over, however it ended: nobody may wait on it any longer."""
+        self._send.close()
+        self.open_head(Head(failure=ENDED_EARLY))
+        self.settle(Outcome("failed", failure=ENDED_EARLY))
+
+    # The waiting side (the leader's and followers' request tasks).
+
+    async def head(self) -> Head:
+        await self._head_ready.wait()
+        assert self._head is not None
+        return self._head
+
+    async def leader_body(self, prefix: bytes) -> AsyncIterator[bytes]:
+        """The leader's body: the prefix, then the chunks as the flight passes them on."""
+        try:
+            if prefix:
+                yield prefix
+            async for chunk in self._receive:
+                yield chunk
+        finally:
+            self.detach_leader()
+
+    def detach_leader(self) -> None:
+        """The leader needs no more bytes (its client left, or it has its answer)."""
+        self.leader = False
+        self._receive.close()
+        self._abandon_if_idle()
+
+    async def wait_as_follower(self, idle: float) -> Outcome | None:
+        """The followers' answer; None when, after a first `idle` seconds, another
+        `idle` seconds pass without the upstream sending a byte (the flight is stuck,
+        behind a leader's slow client, say)."""
+        self.followers += 1
+        try:
+            seen: int | None = None
+            while not self._settled.is_set():
+                with anyio.move_on_after(idle):
+                    await self._settled.wait()
+                if self._settled.is_set():
+                    break
+                progress = self.progress()
+                if progress == seen:
+                    return None
+                seen = progress
+            return self.outcome
+        finally:
+            self.followers -= 1
+            self._abandon_if_idle()
+
+    def _abandon_if_idle(self) -> None:
+        """Nobody waits any more: end the fetch, as a client that goes away always has."""
+        if self.keep_going or self.leader or self.followers or self.abandoned:
+            return
+        self.abandoned = True
+        self._on_settled(self)
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+
+class Coalescer:
+    """The flights in progress, by cache key, and every fetch task (so none leaks)."""
+
+    def __init__(self, max_followers: int = MAX_FOLLOWERS) -> None:
+        self.max_followers = max_followers
+        self._by_key: dict[str, Flight] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def joinable(self, key: str) -> Flight | None:
+        """The flight a request with this key may wait on, if any has room."""
+        flight = self._by_key.get(key)
+        if flight is None or flight.followers >= self.max_followers:
+            return None
+        return flight
+
+    def waiting(self) -> int:
+        """Followers waiting on any flight."""
+        return sum(flight.followers for flight in list(self._by_key.values()))
+
+    def running(self, key: str) -> bool:
+        return key in self._by_key
+
+    def start(
+        self,
+        key: str,
+        fetch: Callable[[Flight], Awaitable[None]],
+        *,
+        leader: bool,
+        shared: bool,
+        keep_going: bool = False,
+    ) -> Flight:
+        """Run `fetch(flight)` in a task of its own; `shared`: followers may join it."""
+        if shared:
+            flight = self._by_key[key] = Flight(key, leader, keep_going, self._forget)
+        else:
+            flight = Flight(key, leader, keep_going)
+        task = asyncio.create_task(self._run(flight, fetch))
+        flight.task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return flight
+
+    async def aclose(self) -> None:
+        """Cancel every fetch (at shutdown) and wait for them to release their sockets."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _forget(self, flight: Flight) -> None:
+        """Settled flights take no new followers: later requests find the cache instead."""
+        if self._by_key.get(flight.key) is flight:
+            del self._by_key[flight.key]
+
+    @staticmethod
+    async def _run(flight: Flight, fetch: Callable[[Flight], Awaitable[None]]) -> None:
+        try:
+            await fetch(flight)
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            logger.exception("upstream fetch failed")
+        finally:
+            flight.end()

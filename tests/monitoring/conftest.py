@@ -1,0 +1,146 @@
+"""A real Prometheus scraping a sidecar (and, where a test asks, the operator), and the
+traffic whose metrics the tests then read back through Prometheus's query API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import MCPError
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from peers.binaries import go_built
+from peers.clients import mcp_client
+from peers.operator import OperatorProcess
+from peers.prometheus import BIN_ENV, OPERATOR_JOB, SIDECAR_JOB, PrometheusServer, Traffic
+from peers.serving import ServedApp, free_port
+from peers.sidecar import RunningSidecar
+from peers.upstream import Upstream
+
+SLOW_SECONDS = 0.3
+"""How long the `timed` server's `wait` tool takes: inside the histogram's (0.25, 0.5] bucket."""
+
+
+@pytest.fixture(scope="session")
+def prometheus_bin() -> Path:
+    """prometheus and promtool, built by tests/prometheus/build.sh."""
+    return go_built(BIN_ENV, Path(__file__).parents[1] / "prometheus" / "build.sh", "Prometheus")
+
+
+@pytest.fixture(scope="session")
+def operator_crds(prometheus_bin: Path) -> Path:
+    """The Prometheus Operator's CRDs that build.sh copied next to the binaries."""
+    return prometheus_bin.parent / "crds"
+
+
+@pytest.fixture(scope="session")
+def prometheus(prometheus_bin: Path) -> Iterator[PrometheusServer]:
+    server = PrometheusServer(prometheus_bin).start(jobs=(SIDECAR_JOB, OPERATOR_JOB))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _timed_server() -> MCPServer:
+    server = MCPServer("timed")
+
+    @server.tool()
+    async def wait(seconds: float, key: str) -> str:
+        """Answer after `seconds`: an upstream whose latency the test knows."""
+        await anyio.sleep(seconds)
+        return f"waited {seconds}s for {key}"
+
+    @server.tool()
+    def broken() -> str:
+        """Always a tool error: answered, never stored."""
+        raise ToolError("the backend is down")
+
+    return server
+
+
+@pytest.fixture(scope="session")
+def timed_upstream() -> Iterator[ServedApp]:
+    app = ServedApp(_timed_server().streamable_http_app()).start()
+    yield app
+    app.stop()
+
+
+@pytest.fixture(scope="session")
+def monitored_sidecar(
+    tmp_path_factory: pytest.TempPathFactory,
+    upstream: tuple[Upstream, ServedApp],
+    timed_upstream: ServedApp,
+    prometheus: PrometheusServer,
+) -> Iterator[RunningSidecar]:
+    """A sidecar of its own (its counters see only the `traffic` below), scraped by
+    `prometheus`: `fast` and `timed` are cached, `down` has nothing listening."""
+    document = {
+        "appId": "monitored",
+        "servers": [
+            {"name": "fast", "url": upstream[1].base_url + "/mcp", "cache": {"enabled": True}},
+            {
+                "name": "timed",
+                "url": timed_upstream.base_url + "/mcp",
+                "cache": {"enabled": True, "ttl": "10m"},
+            },
+            {
+                "name": "down",
+                "url": f"http://127.0.0.1:{free_port()}/mcp",
+                "timeout": "2s",
+                "cache": {"enabled": True},
+            },
+        ],
+    }
+    sidecar = RunningSidecar(tmp_path_factory.mktemp("monitored") / "sidecar.yaml", document)
+    sidecar.start()
+    try:
+        prometheus.scrape(SIDECAR_JOB, f"127.0.0.1:{sidecar.metrics_port}")
+        yield sidecar
+    finally:
+        sidecar.stop()
+
+
+@pytest.fixture(scope="session")
+async def traffic(monitored_sidecar: RunningSidecar, prometheus: PrometheusServer) -> Traffic:
+    """Drive known traffic through the sidecar once, with the official MCP client, and
+    wait until Prometheus has scraped its end state."""
+    sidecar = monitored_sidecar
+    keys = ("a", "b", "c", "d")
+    async with mcp_client(sidecar.url("timed")) as client:
+        for _ in range(2):  # four misses that each take SLOW_SECONDS, then four hits
+            for key in keys:
+                await client.call_tool("wait", {"seconds": SLOW_SECONDS, "key": key})
+        for _ in range(2):
+            result = await client.call_tool("broken", {})
+            assert result.is_error
+    async with mcp_client(sidecar.url("fast")) as client:
+        for _ in range(6):  # one miss, five hits
+            await client.call_tool("echo", {"text": "monitored"})
+    with pytest.raises(ExceptionGroup) as caught:
+        async with mcp_client(sidecar.url("down")) as client:
+            await client.call_tool("echo", {"text": "nobody home"})
+    assert caught.group_contains(MCPError, match="unreachable", depth=None)
+    expected = Traffic(
+        hits={"timed": 4, "fast": 5},
+        misses={"timed": 4 + 2, "fast": 1, "down": 1},
+        stored=len(keys) + 1,
+        not_stored_tool_error=2,
+        unreachable=1,
+        slow_seconds=SLOW_SECONDS,
+    )
+    total = sum(expected.hits.values()) + sum(expected.misses.values())
+    prometheus.wait_for(
+        f'sum(mcpcache_requests_total{{job="{SIDECAR_JOB}", method="tools/call"}}) == {total}'
+    )
+    return expected
+
+
+@pytest.fixture(scope="session")
+def monitored_operator(operator: OperatorProcess, prometheus: PrometheusServer) -> OperatorProcess:
+    """The suite's operator, scraped by `prometheus` too."""
+    prometheus.scrape(OPERATOR_JOB, f"127.0.0.1:{operator.metrics_port}")
+    return operator

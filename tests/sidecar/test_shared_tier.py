@@ -1,0 +1,507 @@
+"""The shared tier on a real Redis: replicas share answers, callers never do, and Redis
+trouble never becomes the caller's."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from mcpcache.sidecar.config import ConfigError, parse_config
+from mcpcache.sidecar.shared import MAGIC, Breaker, decode, encode
+from peers.clients import LEGACY, call_body, call_headers, mcp_client, post
+from peers.controlplane import Authority
+from peers.redisserver import RedisServer, redis_server_binary
+from peers.serving import ServedApp, async_wait_until
+from peers.sidecar import RunningSidecar, one_server
+
+SHARED_HIT = "mcpcache; hit; detail=shared"
+
+
+def new_app() -> str:
+    return f"app-{uuid.uuid4().hex[:10]}"
+
+
+def shared_config(
+    app: ServedApp, redis_url: str, app_id: str | None = None, **shared: Any
+) -> dict[str, Any]:
+    """One cached server on `app`, the shared tier on `redis_url`, a fresh app id unless
+    one is given."""
+    document = one_server(app.base_url + "/mcp")
+    document["appId"] = app_id or new_app()
+    document["sharedCache"] = {"url": redis_url, **shared}
+    return document
+
+
+def keys(redis_server: RedisServer, app_id: str, namespace: str = "default") -> set[bytes]:
+    return set(redis_server.client().scan_iter(match=f"mcpcache:{namespace}:{app_id}:*"))
+
+
+async def call(
+    sidecar: RunningSidecar, tool: str, arguments: dict[str, Any], **headers: str
+) -> tuple[str, str, dict[str, Any]]:
+    """Cache-Status, content type and the JSON-RPC message of one tools/call."""
+    response = await post(
+        sidecar.url("s"), call_body(7, tool, arguments), call_headers(tool, **headers), 10
+    )
+    assert response.status_code == 200, response.text
+    content_type = response.headers["content-type"]
+    if content_type.startswith("text/event-stream"):
+        data = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
+        message = json.loads(data[-1])
+    else:
+        message = response.json()
+    return response.headers["cache-status"], content_type, message
+
+
+def text_of(message: dict[str, Any]) -> str:
+    return str(message["result"]["content"][0]["text"])
+
+
+def stored_in_redis(sidecar: RunningSidecar, count: float = 1) -> Any:
+    """Writes to Redis do not delay the answer: wait until they have happened."""
+    return async_wait_until(
+        lambda: sidecar.sample("mcpcache_shared_stores_total", result="stored") >= count,
+        what="the shared tier to store",
+    )
+
+
+@pytest.mark.parametrize("kind", ["json", "sse"])
+async def test_a_call_through_one_replica_is_a_hit_through_another(
+    make_sidecar, redis_server, upstream, json_upstream, kind
+) -> None:
+    peer, app = json_upstream if kind == "json" else upstream
+    document = shared_config(app, redis_server.url)
+    app_id = document["appId"]
+    first, second = make_sidecar(document), make_sidecar(document)
+    before = peer.calls["echo"]
+    arguments = {"text": f"shared-{kind}"}
+
+    status, type_1, answer_1 = await call(first, "echo", arguments)
+    assert status.startswith("mcpcache; fwd=miss")
+    await stored_in_redis(first)
+    status, type_2, answer_2 = await call(second, "echo", arguments)
+    assert status == SHARED_HIT
+    assert (type_2, text_of(answer_2)) == (type_1, text_of(answer_1))
+    assert answer_2["id"] == 7
+    status, _, answer_3 = await call(second, "echo", arguments)
+    assert status == "mcpcache; hit"  # copied into the second replica's memory
+    assert text_of(answer_3) == text_of(answer_1)
+    assert peer.calls["echo"] == before + 1
+    assert second.sample("mcpcache_shared_lookups_total", result="hit") == 1
+    assert second.sample("mcpcache_requests_total", server="s", method="tools/call", outcome="hit")
+    assert len(keys(redis_server, app_id)) == 1
+
+
+async def test_a_shared_hit_keeps_the_remaining_life_and_age(
+    make_sidecar, redis_server, json_upstream
+) -> None:
+    _, app = json_upstream
+    document = shared_config(app, redis_server.url)
+    app_id = document["appId"]
+    document["servers"][0]["cache"]["ttl"] = "40s"
+    first, second = make_sidecar(document), make_sidecar(document)
+    await call(first, "echo", {"text": "ttl"})
+    await stored_in_redis(first)
+    (name,) = keys(redis_server, app_id)
+    assert 0 < redis_server.client().pttl(name) <= 40_000
+    response = await post(
+        second.url("s"), call_body(1, "echo", {"text": "ttl"}), call_headers("echo"), 10
+    )
+    assert response.headers["cache-status"] == SHARED_HIT
+    assert 0 <= int(response.headers["age"]) <= 40
+    (entry,) = second.sidecar.cache.values()
+    assert entry.expires_at - second.sidecar.cache.timer() <= 40
+
+
+async def test_different_apps_and_users_never_share_across_the_tier(
+    make_sidecar, redis_server, json_upstream
+) -> None:
+    peer, app = json_upstream
+    app_a, app_b = new_app(), new_app()
+    alice_1 = make_sidecar(shared_config(app, redis_server.url, app_a))
+    alice_2 = make_sidecar(shared_config(app, redis_server.url, app_a))
+    other_app = make_sidecar(shared_config(app, redis_server.url, app_b))
+    arguments = {"text": "private"}
+    alice = {"authorization": "Bearer alice-secret-token"}
+    bob = {"authorization": "Bearer bob-secret-token"}
+    before = peer.calls["whoami"]
+
+    status, _, answer = await call(alice_1, "whoami", arguments, **alice)
+    assert text_of(answer).startswith("user=Bearer alice-secret-token")
+    await stored_in_redis(alice_1)
+    # Another end user of the same app, on the replica that could share: a miss.
+    status, _, answer = await call(alice_2, "whoami", arguments, **bob)
+    assert status.startswith("mcpcache; fwd=miss")
+    assert text_of(answer).startswith("user=Bearer bob-secret-token")
+    # The same end user through another app: a miss too.
+    status, _, answer = await call(other_app, "whoami", arguments, **alice)
+    assert status.startswith("mcpcache; fwd=miss")
+    # The same user of the same app: shared.
+    status, _, answer = await call(alice_2, "whoami", arguments, **alice)
+    assert status == SHARED_HIT
+    assert text_of(answer).startswith("user=Bearer alice-secret-token")
+    assert peer.calls["whoami"] == before + 3
+    await stored_in_redis(other_app)
+    assert len(keys(redis_server, app_a)) == 2
+    assert len(keys(redis_server, app_b)) == 1
+
+
+async def test_redis_holds_only_the_result_never_headers_or_tokens(
+    make_sidecar, redis_server, json_upstream
+) -> None:
+    _, app = json_upstream
+    document = shared_config(app, redis_server.url)
+    app_id = document["appId"]
+    sidecar = make_sidecar(document)
+    _, _, answer = await call(
+        sidecar, "echo", {"text": "plain"}, authorization="Bearer never-in-redis-42"
+    )
+    await stored_in_redis(sidecar)
+    (name,) = keys(redis_server, app_id)
+    value = redis_server.client().get(name)
+    assert b"never-in-redis" not in value
+    assert b"authorization" not in value.lower()
+    key = name.decode().rsplit(":", 1)[1]
+    entry = decode(value, key)
+    assert entry is not None
+    assert json.loads(entry.result) == answer["result"]
+    assert value == encode(key, entry.result, False, entry.stored_at, entry.expires_at)
+
+
+async def test_nothing_goes_to_redis_that_memory_would_not_keep(
+    make_sidecar, redis_server, json_upstream
+) -> None:
+    _, app = json_upstream
+    document = shared_config(app, redis_server.url)
+    app_id = document["appId"]
+    document["servers"][0]["cache"]["maxSize"] = "2Ki"
+    sidecar = make_sidecar(document)
+    status, _, _ = await call(sidecar, "broken", {})
+    assert status == "mcpcache; fwd=miss; detail=tool-error"
+    status, _, _ = await call(sidecar, "blob", {"size": 4096})
+    assert status == "mcpcache; fwd=miss; detail=too-large"
+    status, _, _ = await call(sidecar, "echo", {"text": "small"})
+    assert status == "mcpcache; fwd=miss; stored"
+    await stored_in_redis(sidecar)
+    assert len(keys(redis_server, app_id)) == 1
+    assert sidecar.sample("mcpcache_shared_stores_total", result="stored") == 1
+
+
+def corruptions(value: bytes, key: str, foreign: bytes) -> dict[str, bytes]:
+    entry = decode(value, key)
+    assert entry is not None
+    injected = b'{"content":[]}\n\nevent: message\ndata: {"jsonrpc":"2.0","id":1,"result":{}}'
+    return {
+        "garbage": b"not a value at all",
+        "truncated": value[:-3],
+        "other version": b"mcpcache/9\n" + value[len(MAGIC) :],
+        "another key's value": foreign,
+        "event injection": encode(key, injected, True, entry.stored_at, entry.expires_at),
+        "not an object": encode(key, b"[1,2]", False, entry.stored_at, entry.expires_at),
+    }
+
+
+async def test_a_corrupted_or_misfiled_value_is_refused_counted_and_deleted(
+    make_sidecar, redis_server, json_upstream
+) -> None:
+    peer, app = json_upstream
+    document = shared_config(app, redis_server.url)
+    app_id = document["appId"]
+    writer, reader = make_sidecar(document), make_sidecar(document)
+    client = redis_server.client()
+    # A value stored for one end user, to be planted under another's key.
+    await call(writer, "whoami", {"text": "victim"}, authorization="Bearer victim")
+    await stored_in_redis(writer)
+    (victim_name,) = keys(redis_server, app_id)
+    foreign = client.get(victim_name)
+    stored = 1
+    for refused, label in enumerate(corruptions(foreign, victim_name.decode()[-64:], b"")):
+        known = keys(redis_server, app_id)
+        arguments = {"text": f"corrupt-{refused}"}
+        _, _, original = await call(writer, "whoami", arguments, authorization="Bearer mallory")
+        stored += 1
+        await stored_in_redis(writer, stored)
+        (name,) = keys(redis_server, app_id) - known
+        key = name.decode()[-64:]
+        value = corruptions(client.get(name), key, foreign)[label]
+        client.set(name, value, px=30_000)
+        calls = peer.calls["whoami"]
+
+        status, _, answer = await call(reader, "whoami", arguments, authorization="Bearer mallory")
+
+        assert status.startswith("mcpcache; fwd=miss"), label
+        assert text_of(answer).startswith("user=Bearer mallory"), label
+        assert text_of(answer) != text_of(original), label  # answered by the upstream
+        assert peer.calls["whoami"] == calls + 1, label
+        assert reader.sample("mcpcache_shared_lookups_total", result="refused") == refused + 1
+        await async_wait_until(lambda n=name, v=value: client.get(n) != v, what=f"{label} gone")
+
+
+async def test_answers_keep_coming_while_redis_hangs_or_is_gone_then_it_is_used_again(
+    make_sidecar, own_redis_server, json_upstream
+) -> None:
+    _, app = json_upstream
+    redis = own_redis_server
+    document = shared_config(app, redis.url, timeout="50ms", retryAfter="300ms")
+    app_id = document["appId"]
+    sidecar = make_sidecar(document)
+    await call(sidecar, "echo", {"text": "before"})
+    await stored_in_redis(sidecar)
+
+    async def answered_without_redis(text: str) -> None:
+        started = time.monotonic()
+        status, _, answer = await call(sidecar, "echo", {"text": text})
+        assert status.startswith("mcpcache; fwd=miss")
+        assert text_of(answer).startswith(text)
+        assert time.monotonic() - started < 5
+
+    redis.pause()  # accepts connections, never answers
+    for i in range(4):
+        await answered_without_redis(f"hung-{i}")
+    status, _, _ = await call(sidecar, "echo", {"text": "before"})
+    assert status == "mcpcache; hit"  # memory still answers
+    assert sidecar.sample("mcpcache_shared_errors_total", op="get", kind="timeout") >= 1
+    assert sidecar.sample("mcpcache_shared_breaker", mcpcache_shared_breaker="open") == 1
+    # Every Redis operation, failed ones included, ended within the timeout (and the
+    # loop's scheduling): none waited for the frozen server.
+    samples = sidecar.scrape()
+    gets = samples[("mcpcache_shared_operation_duration_seconds_count", (("op", "get"),))]
+    bounded = samples[
+        ("mcpcache_shared_operation_duration_seconds_bucket", (("le", "0.25"), ("op", "get")))
+    ]
+    assert bounded == gets
+
+    redis.kill()  # gone: connections refused
+    for i in range(3):
+        await answered_without_redis(f"gone-{i}")
+    assert sidecar.sample("mcpcache_shared_lookups_total", result="skipped") >= 1
+
+    redis.start()  # back on the same port, empty
+    # After the pause one lookup probes Redis, finds it back, and closes the breaker.
+    deadline = time.monotonic() + 10
+    probes = 0
+    while sidecar.sample("mcpcache_shared_breaker", mcpcache_shared_breaker="closed") != 1:
+        assert time.monotonic() < deadline, "the breaker never closed again"
+        probes += 1
+        await answered_without_redis(f"probe-{probes}")
+    status, _, _ = await call(sidecar, "echo", {"text": "after"})
+    assert status == "mcpcache; fwd=miss; stored"
+    await async_wait_until(lambda: keys(redis, app_id), what="a write after recovery")
+
+
+async def test_a_namespace_confined_by_acl_uses_its_prefix_and_no_other(
+    make_sidecar, own_redis_server, json_upstream, monkeypatch
+) -> None:
+    _, app = json_upstream
+    redis = own_redis_server
+    # The README's ACL pattern for namespace `agents`.
+    redis.client().execute_command(
+        "ACL SETUSER mcpcache-agents on >agents-password resetkeys ~mcpcache:agents:* "
+        "resetchannels -@all +get +set +unlink +scan +ping"
+    )
+    monkeypatch.setenv("MCPCACHE_SHARED_CACHE_PASSWORD", "agents-password")
+    url = f"redis://mcpcache-agents@127.0.0.1:{redis.port}/0"
+    app_id = new_app()
+    own = shared_config(app, url, app_id, namespace="agents")
+    first, second = make_sidecar(own), make_sidecar(own)
+    await call(first, "echo", {"text": "acl"})
+    await stored_in_redis(first)
+    status, _, _ = await call(second, "echo", {"text": "acl"})
+    assert status == SHARED_HIT
+    assert keys(redis, app_id, "agents")
+
+    trespasser = make_sidecar(shared_config(app, url, app_id, namespace="tools"))
+    status, _, _ = await call(trespasser, "echo", {"text": "acl"})
+    assert status.startswith("mcpcache; fwd=miss")
+    assert trespasser.sample("mcpcache_shared_errors_total", op="get", kind="response") == 1
+    assert not keys(redis, app_id, "tools")
+
+
+async def test_without_shared_cache_nothing_changes(make_sidecar, json_upstream) -> None:
+    _, app = json_upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp"))
+    assert sidecar.sidecar.shared is None
+    await call(sidecar, "echo", {"text": "memory only"})
+    status, _, _ = await call(sidecar, "echo", {"text": "memory only"})
+    assert status == "mcpcache; hit"
+    assert not any(name.startswith("mcpcache_shared") for name, _ in sidecar.scrape())
+
+
+def test_the_shared_cache_comes_from_the_file_or_the_environment() -> None:
+    config = parse_config(
+        "servers: []\nsharedCache: {url: 'rediss://cache.example:6380/1', timeout: 20ms}", {}
+    )
+    assert config.shared_cache is not None
+    assert (config.shared_cache.timeout, config.shared_cache.namespace) == (0.02, "default")
+    env = {"MCPCACHE_SHARED_CACHE_URL": "redis://r:6379/0", "MCPCACHE_NAMESPACE": "agents"}
+    shared = parse_config("servers: []", env).shared_cache
+    assert shared is not None
+    assert (shared.url, shared.timeout, shared.namespace) == ("redis://r:6379/0", 0.05, "agents")
+    assert parse_config("servers: []", {"MCPCACHE_NAMESPACE": "agents"}).shared_cache is None
+    for bad in ("{url: 'http://r:6379'}", "{url: 'redis://'}", "{url: 'redis://r', timeout: 0s}"):
+        with pytest.raises(ConfigError):
+            parse_config(f"servers: []\nsharedCache: {bad}", {})
+    with pytest.raises(ConfigError):
+        parse_config("servers: []", env | {"MCPCACHE_NAMESPACE": "a:b*"})
+
+
+def test_the_breaker_opens_after_failures_and_probes_after_the_pause() -> None:
+    now = [0.0]
+    breaker = Breaker(pause=5, failures=3, clock=lambda: now[0])
+    for _ in range(2):
+        assert breaker.allow()
+        breaker.failure()
+    assert breaker.state == "closed"
+    breaker.failure()
+    assert (breaker.state, breaker.allow()) == ("open", False)
+    now[0] = 5.0
+    assert (breaker.allow(), breaker.state) == (True, "half_open")
+    assert not breaker.allow()  # one probe at a time
+    breaker.failure()
+    assert breaker.state == "open"
+    now[0] = 10.0
+    assert breaker.allow()
+    breaker.success()
+    assert (breaker.state, breaker.allow()) == ("closed", True)
+
+
+async def test_writes_never_delay_the_answer_and_none_outlives_the_sidecar(
+    make_sidecar, own_redis_server, json_upstream
+) -> None:
+    _, app = json_upstream
+    redis = own_redis_server
+    document = shared_config(app, redis.url, new_app(), timeout="1s")
+    sidecar = make_sidecar(document)
+    await call(sidecar, "echo", {"text": "warm"})  # the pool has a connection
+    await stored_in_redis(sidecar)
+    shared = sidecar.sidecar.shared
+    assert shared is not None
+    # Reads go on; every write waits for the pause to end.
+    redis.client().execute_command("CLIENT", "PAUSE", "20000", "WRITE")
+    started = time.monotonic()
+    status, _, _ = await call(sidecar, "echo", {"text": "paused writes"})
+    assert status == "mcpcache; fwd=miss; stored"
+    assert time.monotonic() - started < 2
+    assert shared.pending_writes == 1
+
+    stopping = time.monotonic()
+    sidecar.stop()
+    assert time.monotonic() - stopping < 10
+    assert shared.pending_writes == 0
+
+
+def on_loop(sidecar: RunningSidecar, work: Any) -> Any:
+    """Run one of the sidecar's own coroutines on its event loop."""
+    assert sidecar.sidecar.loop is not None
+    return asyncio.run_coroutine_threadsafe(work, sidecar.sidecar.loop).result(10)
+
+
+async def test_purges_reach_the_shared_tier_and_only_their_own_prefix(
+    make_sidecar, redis_server, json_upstream
+) -> None:
+    _, app = json_upstream
+    suffix = uuid.uuid4().hex[:8]
+    # An app id with glob characters must not reach past its own prefix.
+    wild, tame = f"team*{suffix}", f"teamx{suffix}"
+    sidecars = {}
+    for app_id in (wild, tame):
+        document = shared_config(app, redis_server.url, app_id)
+        document["servers"].append(document["servers"][0] | {"name": "t"})
+        sidecars[app_id] = make_sidecar(document)
+    for sidecar in sidecars.values():
+        for server in ("s", "t"):
+            for text in ("one", "two"):
+                await post(
+                    sidecar.url(server),
+                    call_body(1, "echo", {"text": text}),
+                    call_headers("echo"),
+                    10,
+                )
+        await stored_in_redis(sidecar, 4)
+    client = redis_server.client()
+
+    def count(app_id: str, server: str = "*") -> int:
+        quoted = quote(app_id, safe="")
+        return len(list(client.scan_iter(match=f"mcpcache:default:{quoted}:{server}:*")))
+
+    sidecar = sidecars[wild]
+    shared = sidecar.sidecar.shared
+    assert shared is not None
+    (name, *_) = client.scan_iter(match=f"mcpcache:default:{quote(wild, safe='')}:s:*")
+    assert on_loop(sidecar, shared.delete(wild, "s", [name.decode()[-64:]])) == 1
+    assert count(wild, "s") == 1
+    assert on_loop(sidecar, shared.delete_server(wild, "t")) == 2
+    assert (count(wild, "s"), count(wild, "t")) == (1, 0)
+    assert on_loop(sidecar, shared.clear(wild)) == 1
+    assert count(wild) == 0
+    assert count(tame) == 4  # untouched by the other app's purges
+
+
+async def test_answers_inside_a_legacy_session_stay_in_memory(
+    make_sidecar, redis_server, json_upstream
+) -> None:
+    _, app = json_upstream
+    document = shared_config(app, redis_server.url)
+    sidecar = make_sidecar(document)
+    async with mcp_client(sidecar.url("s"), mode=LEGACY) as client:
+        first = await client.call_tool("echo", {"text": "in a session"})
+        second = await client.call_tool("echo", {"text": "in a session"})
+    assert second.content == first.content  # a hit, from memory
+    await call(sidecar, "echo", {"text": "outside any session"})
+    await stored_in_redis(sidecar)
+    assert len(keys(redis_server, document["appId"])) == 1
+    lookups = sum(
+        sidecar.sample("mcpcache_shared_lookups_total", result=result)
+        for result in ("hit", "miss", "refused", "error", "skipped")
+    )
+    assert lookups == 1
+
+
+async def test_a_shared_hit_restates_ttl_ms_as_the_freshness_left(
+    make_sidecar, redis_server, json_upstream
+) -> None:
+    _, app = json_upstream
+    document = shared_config(app, redis_server.url)
+    document["servers"][0]["cache"]["ttl"] = "10m"
+    first, second = make_sidecar(document), make_sidecar(document)
+    uri = f"doc://{uuid.uuid4().hex[:8]}"
+    body = call_body(3, "unused", {})
+    body |= {"method": "resources/read", "params": {"uri": uri, "_meta": body["params"]["_meta"]}}
+    headers = call_headers(uri, method="resources/read")
+    answers = []
+    for sidecar in (first, second):
+        response = await post(sidecar.url("s"), body, headers, 10)
+        answers.append(response)
+        await stored_in_redis(first)
+    assert answers[1].headers["cache-status"] == SHARED_HIT
+    upstream_result, shared_result = (a.json()["result"] for a in answers)
+    assert shared_result["contents"] == upstream_result["contents"]
+    assert upstream_result["ttlMs"] == 60_000  # the upstream's cache hint
+    assert 0 < shared_result["ttlMs"] <= 60_000  # what is left of it
+
+
+async def test_rediss_is_verified_tls(make_sidecar, json_upstream) -> None:
+    _, app = json_upstream
+    redis = RedisServer(redis_server_binary(), tls=Authority.create("redis-test-ca")).start()
+    try:
+        document = shared_config(app, redis.url, timeout="1s")  # a handshake on a busy host
+        first, second = make_sidecar(document), make_sidecar(document)
+        await call(first, "echo", {"text": "over tls"})
+        await stored_in_redis(first)
+        status, _, _ = await call(second, "echo", {"text": "over tls"})
+        assert status == SHARED_HIT
+        # A server whose certificate the sidecar cannot verify is not used.
+        untrusted = make_sidecar(
+            shared_config(app, f"rediss://127.0.0.1:{redis.port}/0", timeout="1s")
+        )
+        status, _, _ = await call(untrusted, "echo", {"text": "over tls"})
+        assert status.startswith("mcpcache; fwd=miss")
+        assert untrusted.sample("mcpcache_shared_lookups_total", result="error") == 1
+    finally:
+        redis.stop()

@@ -82,22 +82,18 @@ class ClusterState:
             self._configmaps[namespace] = record
             self._on_configmap(namespace, record)
 
-    def listed(self, kind: str, namespace: str | None, bodies: list[Mapping[str, Any]]) -> None:
-        """A complete listing (of one namespace, or all): what it lacks is gone."""
-        present = {(b["metadata"]["namespace"], b["metadata"]["name"]) for b in bodies}
+    def listed(self, kind: str, namespace: str | None, present: set[tuple[str, str]]) -> None:
+        """A listing (of one namespace, or all) is complete, its items already seen as
+        events: what it did not hold is gone."""
         if kind == "mcpservers":
             for ns, records in list(self._servers.items()):
                 for name in [n for n in records if namespace in (None, ns)]:
                     if (ns, name) not in present:
                         self.server_event("DELETED", {"metadata": {"namespace": ns, "name": name}})
-            for body in bodies:
-                self.server_event("ADDED", body)
         else:
             for ns in [n for n in self._configmaps if namespace in (None, n)]:
                 if (ns, CONFIGMAP_NAME) not in present:
                     self.configmap_event("DELETED", {"metadata": {"namespace": ns}})
-            for body in bodies:
-                self.configmap_event("ADDED", body)
 
 
 class Watch:
@@ -144,19 +140,25 @@ class Watch:
                 await asyncio.sleep(self.retry_delay)
 
     async def _list(self) -> str:
-        bodies: list[Mapping[str, Any]] = []
+        """Page by page, each page's items handed over as it arrives: at ten thousand
+        objects, holding every page until the end would double the process's peak."""
+        event = self.state.server_event if self.kind == "mcpservers" else self.state.configmap_event
+        present: set[tuple[str, str]] = set()
         token = None
         while True:
             query: dict[str, Any] = {"limit": PAGE}
             if token:
                 query["continue"] = token
             page = await self.api.request("GET", self.kind, self._url(**query))
-            bodies.extend(page.get("items") or [])
+            for body in page.get("items") or []:
+                present.add((body["metadata"]["namespace"], body["metadata"]["name"]))
+                event("ADDED", body)
             metadata = page.get("metadata") or {}
             token = metadata.get("continue")
+            del page
             if not token:
                 break
-        self.state.listed(self.kind, self.namespace, bodies)
+        self.state.listed(self.kind, self.namespace, present)
         return str(metadata.get("resourceVersion"))
 
     async def _watch(self, version: str) -> str:

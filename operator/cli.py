@@ -80,7 +80,8 @@ async def run(settings: OperatorSettings, stop: asyncio.Event | None = None) -> 
     metrics = OperatorMetrics()
     start_http_server(settings.metrics_port, registry=metrics.registry)
     api = KubeAPI(load_configuration(), metrics)
-    reconciler = NamespaceReconciler(api, metrics, warn=EventPoster(api).warn)
+    events = EventPoster(api)
+    reconciler = NamespaceReconciler(api, metrics, warn=events.warn, inform=events.info)
     state = ClusterState(reconciler.server_changed, reconciler.configmap_changed)
     reconciler.view = state
     registry = build_registry(settings, metrics)

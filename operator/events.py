@@ -1,4 +1,4 @@
-"""Warning events on the objects the operator writes about (`kubectl describe` shows
+"""Events on the objects the operator writes about (`kubectl describe` shows
 them), posted with the operator's own client: its passes run outside kopf's handlers,
 where `kopf.warn` has no queue to post to."""
 
@@ -24,11 +24,18 @@ class EventPoster:
 
     def warn(self, body: Mapping[str, Any], *, reason: str, message: str) -> None:
         """`kopf.warn`'s signature; posts in the background, never fails the caller."""
-        task = asyncio.get_running_loop().create_task(self._post(body, reason, message))
+        self._spawn(body, "Warning", reason, message)
+
+    def info(self, body: Mapping[str, Any], *, reason: str, message: str) -> None:
+        """`kopf.info`'s signature: a Normal event."""
+        self._spawn(body, "Normal", reason, message)
+
+    def _spawn(self, body: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._post(body, kind, reason, message))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _post(self, body: Mapping[str, Any], reason: str, message: str) -> None:
+    async def _post(self, body: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
         metadata = body.get("metadata") or {}
         namespace = metadata.get("namespace")
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -43,7 +50,7 @@ class EventPoster:
                 "namespace": namespace,
                 "uid": metadata.get("uid"),
             },
-            "type": "Warning",
+            "type": kind,
             "reason": reason,
             "message": message[:1024],
             "source": {"component": COMPONENT},

@@ -14,6 +14,8 @@ from typing import Any
 
 from .configmap import CONFIG_KEY, DIGEST_ANNOTATION, is_managed
 
+OURS = "mcpcache.io/"
+
 
 def plain(value: Any) -> Any:
     """A deep copy made of dicts and lists (kopf hands out views over its raw bodies)."""
@@ -32,10 +34,14 @@ class ServerRecord:
     deleting: bool
     spec: Mapping[str, Any]
     status: Mapping[str, Any]
+    annotations: Mapping[str, str]
+    """Ours only (`mcpcache.io/…`): others, such as kubectl's last-applied copy of the
+    whole object, would double what each record holds."""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> ServerRecord:
         metadata = body.get("metadata") or {}
+        annotations = metadata.get("annotations") or {}
         return cls(
             name=str(metadata.get("name")),
             uid=str(metadata.get("uid")),
@@ -43,13 +49,15 @@ class ServerRecord:
             deleting=bool(metadata.get("deletionTimestamp")),
             spec=plain(body.get("spec") or {}),
             status=plain(body.get("status") or {}),
+            annotations={str(k): str(v) for k, v in annotations.items() if str(k).startswith(OURS)},
         )
 
     @property
     def inputs(self) -> tuple[Any, ...]:
         """What a pass reads from the object besides its status: an event that changes
-        none of it (the operator's own status write coming back) needs no pass."""
-        return (self.uid, self.generation, self.deleting)
+        none of it (the operator's own status write coming back) needs no pass. The
+        annotations count: a purge changes no generation."""
+        return (self.uid, self.generation, self.deleting, tuple(sorted(self.annotations.items())))
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,8 @@ from .resource import Effective, effective_server
 from .status import desired_status, same_status
 
 Warn = Callable[..., None]
-"""`kopf.warn`'s signature: (body, *, reason, message); see `events.EventPoster`."""
+"""`kopf.warn`'s and `kopf.info`'s signature: (body, *, reason, message); see
+`events.EventPoster`."""
 
 logger = logging.getLogger("mcpcache.operator")
 
@@ -91,6 +92,7 @@ class NamespaceReconciler:
         api: KubeAPI,
         metrics: OperatorMetrics,
         warn: Warn,
+        inform: Warn,
         batch_window: float = 0.2,
         retry_delay: float = 1.0,
         max_retry_delay: float = 10.0,
@@ -101,6 +103,7 @@ class NamespaceReconciler:
         self.retry_delay = retry_delay
         self.max_retry_delay = max_retry_delay
         self.warn = warn
+        self.inform = inform
         self.view: ClusterView | None = None
         self.leading = False
         self.listed = False
@@ -246,7 +249,7 @@ class NamespaceReconciler:
         cached = self._effective.get(key)
         if cached is not None and cached[0] == record.inputs:
             return cached[1]
-        effective = effective_server(record.name, record.spec)
+        effective = effective_server(record.name, record.spec, record.annotations)
         self._effective[key] = (record.inputs, effective)
         return effective
 
@@ -347,20 +350,35 @@ class NamespaceReconciler:
             if exc.status == 404:  # deleted since: its DELETED event asks for a pass
                 return False
             raise
-        was_clamped = any(
-            c.get("type") == "MaxSizeClamped"
-            and c.get("status") == "True"
-            and c.get("observedGeneration") == record.generation
-            for c in current.get("conditions", [])
-        )
+        generation = record.generation
+
+        def newly_true(kind: str) -> dict[str, Any] | None:
+            """The condition `kind` when it is True now and was not for this generation."""
+            was = any(
+                c.get("type") == kind
+                and c.get("status") == "True"
+                and c.get("observedGeneration") == generation
+                for c in current.get("conditions", [])
+            )
+            now = next((c for c in desired["conditions"] if c["type"] == kind), None)
+            return now if now is not None and now["status"] == "True" and not was else None
+
         body = {
             "apiVersion": f"{RESOURCE_GROUP}/{RESOURCE_VERSION}",
             "kind": RESOURCE_KIND,
             "metadata": {"name": record.name, "namespace": namespace, "uid": record.uid},
         }
-        if effective.clamped_from is not None and not was_clamped:
-            clamp = next(c for c in desired["conditions"] if c["type"] == "MaxSizeClamped")
-            self.warn(body, reason="MaxSizeClamped", message=clamp["message"])
+        for kind in ("MaxSizeClamped", "RulesShadowed"):
+            if (condition := newly_true(kind)) is not None:
+                self.warn(body, reason=kind, message=condition["message"])
         if effective.server is None:
             self.warn(body, reason="InvalidSpec", message=effective.error or "invalid spec")
+        purge = desired.get("lastPurge")
+        if purge is not None and purge != current.get("lastPurge"):
+            self.inform(
+                body,
+                reason="PurgePropagated",
+                message=f"purge {purge!r} written to the sidecar configuration of namespace "
+                f"{namespace}: sidecars drop this server's entries as they reload it",
+            )
         return True

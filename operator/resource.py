@@ -2,19 +2,36 @@
 
 The CRD schema has already refused what is malformed and filled in defaults; this is
 where the operator normalises what is valid but needs a decision: a `maxSize` above
-the 1Mi ceiling is clamped, not refused.
+the 1Mi ceiling is clamped, not refused; a tool rule hidden behind an earlier one is
+reported, not refused; the purge annotation becomes the server's purge marker.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from pydantic import ValidationError
 
 from mcpcache.sidecar.config import MAX_SIZE_CEILING, Server, ServerCache
 from mcpcache.sidecar.units import format_quantity
+
+PURGE_ANNOTATION: Final = "mcpcache.io/purge"
+"""Any new value on an MCPServer makes every sidecar of its namespace drop its entries."""
+_MAX_MARKER: Final = 128
+
+
+def purge_marker(annotations: Mapping[str, str] | None) -> str | None:
+    """The purge marker the sidecars compare: the annotation's value, or a digest of a
+    long one (a new value still gives a new marker)."""
+    value = (annotations or {}).get(PURGE_ANNOTATION)
+    if not value:
+        return None
+    if len(value) > _MAX_MARKER:
+        return "sha256:" + hashlib.sha256(value.encode()).hexdigest()
+    return value
 
 
 @dataclass(frozen=True)
@@ -25,9 +42,13 @@ class Effective:
     clamped_from: str | None = None
     """The requested `maxSize` when it was clamped to the ceiling."""
     error: str | None = None
+    shadowed: tuple[tuple[str, str], ...] = ()
+    """(rule, earlier rule) name pairs: tool rules that can never apply."""
 
 
-def effective_server(name: str, spec: Mapping[str, Any]) -> Effective:
+def effective_server(
+    name: str, spec: Mapping[str, Any], annotations: Mapping[str, str] | None = None
+) -> Effective:
     endpoint = spec.get("endpoint", {}).get("streamableHTTP", {})
     cache = dict(spec.get("cache") or {})
     try:
@@ -36,14 +57,20 @@ def effective_server(name: str, spec: Mapping[str, Any]) -> Effective:
         if requested.max_size_clamped:
             clamped_from = str(cache.get("maxSize"))
             requested = requested.model_copy(update={"max_size": MAX_SIZE_CEILING})
-        server = Server(name=name, url=endpoint.get("url", ""), cache=requested)
+        server = Server(
+            name=name,
+            url=endpoint.get("url", ""),
+            cache=requested,
+            purge=purge_marker(annotations),
+        )
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in error['loc']) or 'spec'}: {error['msg']}"
             for error in exc.errors()
         )
         return Effective(None, error=problems)
-    return Effective(server, clamped_from)
+    shadowed = tuple((rule.name, earlier.name) for rule, earlier in requested.shadowed_rules())
+    return Effective(server, clamped_from, shadowed=shadowed)
 
 
 def ceiling_text() -> str:

@@ -6,6 +6,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
+from mcpcache.sidecar.config import ServerCache, ToolRule
 from mcpcache.sidecar.units import format_duration, format_quantity
 
 from .resource import Effective, ceiling_text
@@ -36,6 +37,35 @@ def _condition(
     }
 
 
+def _caching(cache: ServerCache, rule: ToolRule) -> str:
+    if not cache.enabled or rule.enabled is False or rule.invalidates:
+        return "off"
+    if rule.enabled or not cache.only_read_only_tools:
+        return "on"
+    return "read-only"
+
+
+def effective_tools(cache: ServerCache) -> list[dict[str, Any]]:
+    """The tool rules as the sidecars apply them: defaults filled in, hidden ones named."""
+    hidden = {id(rule): earlier.name for rule, earlier in cache.shadowed_rules()}
+    rules = []
+    for rule in cache.tools:
+        ttl = rule.ttl if rule.ttl is not None else cache.ttl
+        item: dict[str, Any] = {
+            "name": rule.name,
+            "caching": _caching(cache, rule),
+            "ttl": format_duration(ttl),
+        }
+        if rule.ignore_arguments:
+            item["ignoreArguments"] = list(rule.ignore_arguments)
+        if rule.invalidates:
+            item["invalidates"] = list(rule.invalidates)
+        if id(rule) in hidden:
+            item["shadowedBy"] = hidden[id(rule)]
+        rules.append(item)
+    return rules
+
+
 def desired_status(
     effective: Effective, generation: int, current: Mapping[str, Any] | None
 ) -> dict[str, Any]:
@@ -58,6 +88,8 @@ def desired_status(
         cache = effective.server.cache
         status["effectiveTTL"] = format_duration(cache.ttl)
         status["effectiveMaxSize"] = format_quantity(cache.max_size)
+        if cache.tools:
+            status["effectiveTools"] = effective_tools(cache)
         conditions.append(
             _condition(
                 "Ready",
@@ -83,6 +115,24 @@ def desired_status(
                 previous.get("MaxSizeClamped"),
             )
         )
+        shadowed = bool(effective.shadowed)
+        conditions.append(
+            _condition(
+                "RulesShadowed",
+                shadowed,
+                "EarlierRuleMatches" if shadowed else "AllRulesReachable",
+                "; ".join(
+                    f"tool rule {rule!r} never applies: {earlier!r} before it matches first"
+                    for rule, earlier in effective.shadowed
+                )
+                or "every tool rule can apply",
+                generation,
+                previous.get("RulesShadowed"),
+            )
+        )
+    purge = effective.server.purge if effective.server is not None else None
+    if last := purge or (current or {}).get("lastPurge"):
+        status["lastPurge"] = last
     status["conditions"] = conditions
     return status
 

@@ -19,9 +19,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .admin import Admin
 from .config import Address, SidecarConfig
 from .errors import UNKNOWN_SERVER, ProxyError
+from .hints import ToolHints
 from .incoming import Incoming
+from .invalidation import Invalidator
 from .listener import uvicorn_config
 from .messages import INVALID_REQUEST
 from .metrics import Metrics, SharedMetrics
@@ -55,17 +58,28 @@ class Sidecar:
         self.shared: SharedTier | None = None
         if current.shared_cache is not None:
             self.shared = SharedTier(current.shared_cache, SharedMetrics(self.metrics.registry))
+        self.invalidator = Invalidator(
+            self.cache, self.metrics, ToolHints(), on_drop=self._drop_shared
+        )
+        self.invalidator.follow_config(current)
+        origin_policy = OriginPolicy(current.allowed_hosts)
         self.proxy = Proxy(
             config,
             self.cache,
             self.metrics,
             self.client,
-            OriginPolicy(current.allowed_hosts),
+            origin_policy,
+            self.invalidator,
             self.shared,
         )
+        self.admin = Admin(config, self.cache, self.metrics, self.invalidator, origin_policy)
         self.ready = False
         self._servers: list[uvicorn.Server] = []
         self.loop: asyncio.AbstractEventLoop | None = None
+
+    def _drop_shared(self, server: str) -> None:
+        if self.shared is not None:
+            self.shared.forget_server(self.config().app_id, server)
 
     def request_shutdown(self) -> None:
         """Ask both listeners to finish (safe to call from another thread)."""
@@ -73,7 +87,7 @@ class Sidecar:
             server.should_exit = True
 
     def proxy_app(self) -> ProxyApp:
-        return ProxyApp(self.proxy)
+        return ProxyApp(self.proxy, self.admin)
 
     def metrics_app(self) -> FastAPI:
         app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
@@ -141,6 +155,8 @@ class Sidecar:
             outcome = source.poll()
             if outcome is not None:
                 self.metrics.config_reloads.labels("applied" if outcome else "rejected").inc()
+            if outcome:
+                self.invalidator.follow_config(source.current)
 
     async def _mark_ready(self, servers: list[uvicorn.Server]) -> None:
         # uvicorn exposes start-up only as a flag, so it is polled.
@@ -156,22 +172,26 @@ class Sidecar:
 
 
 class ProxyApp:
-    """The proxy listener: a plain ASGI app with one route, `/mcp/<server>`.
+    """The proxy listener: a plain ASGI app with one route, `/mcp/<server>`, and the
+    admin endpoints under `/admin/`.
 
     No framework routing or middleware on this path: a cache hit is a handful of
     microseconds of work, and per-request framework layers would cost more than that.
     """
 
-    def __init__(self, proxy: Proxy) -> None:
+    def __init__(self, proxy: Proxy, admin: Admin) -> None:
         self.proxy = proxy
+        self.admin = admin
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # no lifespan: the listeners run with lifespan="off"
             return
         path: str = scope["path"]
         name = path[5:] if path.startswith("/mcp/") else ""
-        if not name or "/" in name:
-            response: ASGIApp = ProxyError(
+        if not name and path.startswith("/admin/"):
+            response: ASGIApp = await self.admin.handle(scope, Incoming(scope, receive))
+        elif not name or "/" in name:
+            response = ProxyError(
                 404, UNKNOWN_SERVER, f"no MCP endpoint at {path}; use /mcp/<server>"
             ).to_response()
         elif scope["method"] not in ("POST", "GET", "DELETE"):

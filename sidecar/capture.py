@@ -21,6 +21,7 @@ from .messages import (
     is_server_request,
     judge_response,
 )
+from .notices import Notice, notice_of
 from .sse import Event, EventDecoder
 
 MIN_EVENT_BOUND: Final = 64 << 10
@@ -62,6 +63,9 @@ class ResponseCapture:
         self.verdict: Verdict | None = Verdict(refused) if refused is not None else None
         self.final: dict[str, Any] | None = None
         """The final response, when it was no larger than `max_size` (for followers)."""
+        self.notices: list[Notice] = []
+        """Notifications seen before the final response that say entries are out of
+        date; whoever follows the capture takes them out."""
         self._server_request = False
         self._body: list[bytes] = []
         self._events = EventDecoder(max(max_size, MIN_EVENT_BOUND))
@@ -132,6 +136,9 @@ class ResponseCapture:
             return
         if is_server_request(message):
             self._server_request = True
+            return
+        if "id" not in message and (notice := notice_of(message)) is not None:
+            self.notices.append(notice)
             return
         if message.get("id") == self.request_id and ("result" in message or "error" in message):
             self._judge_final(message, event.data)

@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import json
 import logging
+import os
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from .config import ConfigError
+from .config import LISTEN_PORT_ENV, ConfigError
 
 logger = logging.getLogger("mcpcache")
 
@@ -57,6 +62,103 @@ def _check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _admin_call(args: argparse.Namespace, path: str, body: Any = None) -> Any:
+    """One request to the sidecar's admin endpoint; the parsed JSON answer."""
+    url = args.url.rstrip("/") + path
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"content-type": "application/json"} if data is not None else {}
+    request = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=args.timeout) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            message = json.loads(exc.read())["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = str(exc)
+        raise SystemExit(f"{url}: {message}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise SystemExit(f"cannot reach the sidecar at {args.url}: {exc}") from None
+
+
+def _table(rows: list[list[str]], right: set[int]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.rjust(width) if i in right else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _size(value: int) -> str:
+    """Bytes the way the config writes sizes, rounded for reading (`40.3Ki`)."""
+    for unit, shift in (("Gi", 30), ("Mi", 20), ("Ki", 10)):
+        if value >= 1 << shift:
+            scaled = value / (1 << shift)
+            return f"{scaled:.0f}{unit}" if scaled == int(scaled) else f"{scaled:.1f}{unit}"
+    return str(value)
+
+
+def _stats(args: argparse.Namespace) -> int:
+    stats = _admin_call(args, "/admin/stats")
+    if args.output == "json":
+        print(json.dumps(stats, indent=2))
+        return 0
+    print(
+        f"{stats['entries']} of {stats['maxEntries']} entries, "
+        f"{_size(stats['bytes'])} of {_size(stats['maxBytes'])}; "
+        f"{stats['hits']} hits, {stats['misses']} misses since start"
+    )
+    rows = [["SERVER", "TOOL", "ENTRIES", "BYTES", "HITS", "MISSES"]]
+    for name, server in stats["servers"].items():
+        rows.append(
+            [name, "*", str(server["entries"]), _size(server["bytes"]),
+             str(server["hits"]), str(server["misses"])]
+        )  # fmt: skip
+        for tool, counts in server["tools"].items():
+            rows.append(["", tool, str(counts["entries"]), _size(counts["bytes"]), "", ""])
+        for label, group in (("(resources)", "resources"), ("(lists)", "lists")):
+            counts = server.get(group) or {"entries": 0}
+            if counts["entries"]:
+                rows.append(["", label, str(counts["entries"]), _size(counts["bytes"]), "", ""])
+    print()
+    print(_table(rows, right={2, 3, 4, 5}))
+    return 0
+
+
+def _purge(args: argparse.Namespace) -> int:
+    body = {"server": args.server}
+    if args.tool:
+        body["tool"] = args.tool
+    if args.uri:
+        body["uri"] = args.uri
+    answer = _admin_call(args, "/admin/purge", body)
+    if args.output == "json":
+        print(json.dumps(answer, indent=2))
+        return 0
+    labels = (("tool", "tools"), ("uri", "resource"))
+    what = " and ".join(f"{label} {answer[k]}" for k, label in labels if k in answer)
+    print(
+        f"purged {answer['purged']} entries of server {answer['server']}"
+        + (f" ({what})" if what else "")
+    )
+    return 0
+
+
+def _admin_options(parser: argparse.ArgumentParser) -> None:
+    port = os.environ.get(LISTEN_PORT_ENV, "3500")
+    parser.add_argument(
+        "--url",
+        default=f"http://127.0.0.1:{port}",
+        help="the sidecar's proxy listener (default: loopback, port $MCPCACHE_LISTEN_PORT or 3500)",
+    )
+    parser.add_argument("--output", choices=("table", "json"), default="table")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcpcache", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -81,6 +183,21 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check-config", help="validate a config file and print it")
     check.add_argument("config")
     check.set_defaults(run=_check_config)
+
+    stats = commands.add_parser(
+        "stats", help="entries and bytes per server and tool, hits and misses since start"
+    )
+    _admin_options(stats)
+    stats.set_defaults(run=_stats)
+
+    purge = commands.add_parser(
+        "purge", help="drop cached entries of a server (or of some of its tools or a resource)"
+    )
+    purge.add_argument("--server", required=True, help="the server's name")
+    purge.add_argument("--tool", help="only the entries of tools matching this glob")
+    purge.add_argument("--uri", help="only the entries of this resource")
+    _admin_options(purge)
+    purge.set_defaults(run=_purge)
 
     # Parsed by the operator itself (see _operator); listed here for --help.
     commands.add_parser("operator", help="run the Kubernetes operator", add_help=False)

@@ -7,6 +7,8 @@ what the sidecar reads.
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 import logging
 import os
 import re
@@ -113,6 +115,66 @@ class _Model(BaseModel):
     )
 
 
+MAX_TOOL_RULES = 64
+MAX_RULE_NAMES = 32
+MAX_GLOB_LENGTH = 128
+
+Glob = Annotated[str, Field(min_length=1, max_length=MAX_GLOB_LENGTH, pattern=r"^[^\x00-\x1f]+$")]
+"""A tool-name pattern in `fnmatch` syntax (`*`, `?`, `[...]`), matched case-sensitively."""
+
+
+def _distinct(values: tuple[str, ...]) -> tuple[str, ...]:
+    if len(set(values)) != len(values):
+        raise ValueError("must not name the same value twice")
+    return values
+
+
+Names = Annotated[tuple[Glob, ...], Field(max_length=MAX_RULE_NAMES), AfterValidator(_distinct)]
+
+
+def is_catch_all(glob: str) -> bool:
+    """A pattern every tool name matches (`*`, `**`, ...)."""
+    return set(glob) == {"*"}
+
+
+class ToolRule(_Model):
+    """How one tool (or a family, by glob) is cached; the first matching rule applies."""
+
+    name: Glob
+    enabled: bool | None = Field(default=None, strict=True)
+    """Unset: the server's `enabled` (and `onlyReadOnlyTools`) decide."""
+    ttl: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
+    """Unset: the server's `ttl`."""
+    ignore_arguments: Names = ()
+    """Top-level arguments left out of the key (request ids, nonces): calls that differ
+    only in them share an entry. The caller and the credential always stay in the key."""
+    invalidates: Names = ()
+    """Globs of tools whose entries a successful call of this tool removes, for every
+    caller. Such a tool writes: it is never cached itself."""
+
+    @model_validator(mode="after")
+    def _writes_are_not_cached(self) -> Self:
+        if self.enabled and self.invalidates:
+            raise ValueError(
+                "a tool that invalidates others changes state and cannot be cached: "
+                "drop enabled: true"
+            )
+        return self
+
+    def matches(self, tool: str) -> bool:
+        return fnmatch.fnmatchcase(tool, self.name)
+
+    def shadowed_by(self, earlier: ToolRule) -> bool:
+        """`earlier` matches every name this rule could match, so this one never applies."""
+        if is_catch_all(earlier.name) or earlier.name == self.name:
+            return True
+        literal = not any(c in self.name for c in "*?[")
+        return literal and earlier.matches(self.name)
+
+
+_RULE_MEMO_LIMIT = 4096
+
+
 def _header_names(names: tuple[str, ...]) -> tuple[str, ...]:
     lowered = tuple(dict.fromkeys(name.lower() for name in names))
     for name in lowered:
@@ -140,6 +202,10 @@ class ServerCache(_Model):
     """How long past its TTL an entry may answer when the upstream fails; unset: never."""
     stale_while_revalidate: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
     """How long past its TTL an entry may answer at once while it is fetched again."""
+    only_read_only_tools: bool = Field(default=False, strict=True)
+    """Cache only tools the server's `tools/list` marks `readOnlyHint: true` (a rule with
+    `enabled: true` overrides); a tool the sidecar has not seen listed is not cached."""
+    tools: tuple[ToolRule, ...] = Field(default=(), max_length=MAX_TOOL_RULES)
     identity_headers: Annotated[tuple[str, ...], AfterValidator(_header_names)] = (
         DEFAULT_IDENTITY_HEADERS
     )
@@ -147,6 +213,37 @@ class ServerCache(_Model):
     ignore_set_cookie: bool = False
     """Store answers that set a cookie (a load balancer's affinity cookie, say). The
     cookie still reaches only the caller it was set for; it is never stored."""
+
+    @functools.cached_property
+    def _rule_memo(self) -> dict[str, ToolRule | None]:
+        return {}
+
+    def rule_for(self, tool: str) -> ToolRule | None:
+        """The first rule whose glob matches `tool`, or None (the server's defaults).
+
+        Remembered per tool name for the life of this config, so a hit pays one dict
+        lookup; the memo is bounded, since tool names come from callers."""
+        if not self.tools:
+            return None
+        memo = self._rule_memo
+        try:
+            return memo[tool]
+        except KeyError:
+            pass
+        rule = next((r for r in self.tools if r.matches(tool)), None)
+        if len(memo) >= _RULE_MEMO_LIMIT:
+            memo.clear()
+        memo[tool] = rule
+        return rule
+
+    def shadowed_rules(self) -> list[tuple[ToolRule, ToolRule]]:
+        """Each rule that can never apply, with the earlier rule that hides it."""
+        found = []
+        for i, rule in enumerate(self.tools):
+            earlier = next((e for e in self.tools[:i] if rule.shadowed_by(e)), None)
+            if earlier is not None:
+                found.append((rule, earlier))
+        return found
 
     @property
     def effective_max_size(self) -> int:
@@ -176,6 +273,9 @@ class Server(_Model):
     url: Annotated[str, AfterValidator(_http_url)]
     timeout: Duration = 30.0
     cache: ServerCache = ServerCache()
+    purge: str | None = Field(default=None, max_length=256)
+    """A purge marker (the operator copies the MCPServer's `mcpcache.io/purge` annotation
+    here): when it changes, every sidecar following this config drops the server's entries."""
 
 
 class Address(_Model):

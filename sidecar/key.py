@@ -38,20 +38,38 @@ def _stable_params(params: dict[str, Any]) -> dict[str, Any]:
     return stable
 
 
+def _without_arguments(params: dict[str, Any], ignored: tuple[str, ...]) -> dict[str, Any]:
+    """`params` with the named top-level `arguments` members left out."""
+    arguments = params.get("arguments")
+    if not isinstance(arguments, dict) or not any(name in arguments for name in ignored):
+        return params
+    kept = {k: v for k, v in arguments.items() if k not in ignored}
+    return {**params, "arguments": kept}
+
+
 def cache_key(
     server: str,
     method: str,
     params: dict[str, Any],
     app_id: str,
     identity: Mapping[str, str],
+    ignore_arguments: tuple[str, ...] = (),
 ) -> str:
     """The hex sha256 key of one call; `identity` holds digests and non-secret values
-    only (see `policy.identity`)."""
-    material = {
+    only (see `policy.identity`).
+
+    `ignore_arguments` (a tool rule's) leaves those top-level arguments out; the names
+    themselves go into the key, so that entries made under different rules never meet."""
+    stable = _stable_params(params)
+    if ignore_arguments:
+        stable = _without_arguments(stable, ignore_arguments)
+    material: dict[str, Any] = {
         "server": server,
         "method": method,
-        "params": _stable_params(params),
+        "params": stable,
         "caller": app_id,
         "identity": identity,
     }
+    if ignore_arguments:
+        material["ignored"] = sorted(ignore_arguments)
     return hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()

@@ -52,7 +52,9 @@ KNOWN_METHODS: Final = frozenset(
 
 REQUEST_STATE_PARAMS: Final = ("inputResponses", "requestState")
 
-BypassReason = Literal["method", "disabled", "request_state", "task", "inexact_number"]
+BypassReason = Literal[
+    "method", "disabled", "request_state", "task", "inexact_number", "tool_rule", "not_read_only"
+]
 NotStoredReason = Literal[
     "error",
     "tool_error",
@@ -70,6 +72,7 @@ NotStoredReason = Literal[
     "upstream_status",
     "incomplete",
     "over_budget",
+    "invalidated",
 ]
 
 

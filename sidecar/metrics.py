@@ -72,6 +72,13 @@ class Metrics:
             ["server", "kind"],
             registry=self.registry,
         )
+        self.invalidations = Counter(
+            "mcpcache_invalidations",
+            "Requests to drop a server's entries before they expire, by cause: a write "
+            "tool's call, an upstream notification, or a purge.",
+            ["server", "cause"],
+            registry=self.registry,
+        )
         self.config_reloads = Counter(
             "mcpcache_config_reloads",
             "Configuration file reloads, by result.",
@@ -95,6 +102,17 @@ class Metrics:
 
     def record_eviction(self, reason: EvictionReason) -> None:
         self.evictions.labels(reason).inc()
+
+    def outcomes(self) -> dict[str, dict[str, float]]:
+        """Requests by server and outcome since start (summed over methods)."""
+        totals: dict[str, dict[str, float]] = {}
+        for family in self.requests.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    server = totals.setdefault(sample.labels["server"], {})
+                    outcome = sample.labels["outcome"]
+                    server[outcome] = server.get(outcome, 0.0) + sample.value
+        return totals
 
     def watch_cache(self, cache: ResponseCache) -> None:
         """Read the cache gauges from `cache` when /metrics is scraped, not per request."""

@@ -1,8 +1,8 @@
 """The cache policy: the one place that decides what is looked up, under which key, and
-what is stored for how long.
+what is stored for how long — per server, and per tool where the server has rules.
 
-Pure functions over the server's config, the parsed message and the headers. The proxy
-asks; nothing else decides.
+Pure functions over the server's config, the parsed message, the headers and what the
+sidecar has learned of the server's tools. The proxy asks; nothing else decides.
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Final, Literal
+from dataclasses import dataclass
+from typing import Final, Literal, NamedTuple
 
-from .config import Server
+from .config import Server, ToolRule
 from .headers import cache_directives, repeated_or_hidden
+from .hints import ToolHints
 from .key import cache_key, secret_digest
 from .messages import (
     CACHEABLE_METHODS,
@@ -26,6 +27,7 @@ from .messages import (
     Verdict,
     has_inexact_number,
 )
+from .store import Scope
 
 BYPASS_FWD: Final[dict[BypassReason, str]] = {
     "method": "method",  # the cache does not handle this method
@@ -33,8 +35,21 @@ BYPASS_FWD: Final[dict[BypassReason, str]] = {
     "request_state": "request",  # the request itself rules the cache out
     "task": "request",  # the caller asked for a task: the work must run
     "inexact_number": "request",  # a number the key could not tell apart from another
+    "tool_rule": "bypass",  # the tool's rule turns caching off (or the tool writes)
+    "not_read_only": "bypass",  # onlyReadOnlyTools, and the tool is not known read-only
 }
 """RFC 9211 `fwd` values for requests never looked up."""
+
+BYPASS_DETAIL: Final[dict[BypassReason, str]] = {
+    "tool_rule": "tool-rule",
+    "not_read_only": "not-read-only",
+}
+"""`detail` values that tell apart bypasses sharing one `fwd`."""
+
+FAILED_CALL: Final[frozenset[NotStoredReason | None]] = frozenset(
+    {"error", "tool_error", "input_required"}
+)
+"""Answers to a write that show it did not happen; any other end may have written."""
 
 SESSION_HEADER: Final = "mcp-session-id"
 PROTOCOL_HEADER: Final = "mcp-protocol-version"
@@ -57,23 +72,35 @@ class RequestRefused(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Bypass:
-    """The request goes upstream without a lookup, and its answer is not stored."""
+    """The request goes upstream without a lookup, and its answer is not stored.
+
+    `invalidates`: the tool writes; once it answers (unless it plainly failed), entries
+    of the tools matching these globs go. `learn_tools`: the answer is a `tools/list`
+    whose read-only hints the policy needs."""
 
     reason: BypassReason
+    invalidates: tuple[str, ...] = ()
+    learn_tools: bool = False
 
     @property
     def fwd(self) -> str:
         return BYPASS_FWD[self.reason]
 
+    @property
+    def detail(self) -> str | None:
+        return BYPASS_DETAIL.get(self.reason)
 
-@dataclass(frozen=True, slots=True)
-class Lookup:
-    """The request is looked up under `key`; on a miss its answer may be stored.
-    `session` is the digest of the legacy session it belongs to ("" for none)."""
+
+class Lookup(NamedTuple):
+    """The request is looked up under `key`; on a miss its answer may be stored for
+    `ttl` seconds, indexed under its `scope`. `session` is the digest of the legacy
+    session it belongs to ("" for none). (A tuple: made on every hit, so cheap.)"""
 
     key: str
+    ttl: float
+    scope: Scope
     session: str = ""
-    keyed: frozenset[str] = field(default=frozenset(), compare=False)
+    keyed: frozenset[str] = frozenset()
     """The request headers the key depends on (an answer may `Vary` on these)."""
 
 
@@ -100,6 +127,33 @@ def bypass_reason(server: Server, message: Message) -> BypassReason | None:
     if has_inexact_number(message.raw):
         return "inexact_number"
     return None
+
+
+def tool_rule(server: Server, message: Message) -> ToolRule | None:
+    """The rule for a `tools/call`, or None for other methods and unmatched tools."""
+    if message.method != "tools/call":
+        return None
+    name = message.params.get("name")
+    return server.cache.rule_for(name) if isinstance(name, str) else None
+
+
+def tool_bypass(
+    server: Server, rule: ToolRule | None, tool: str, hints: ToolHints
+) -> BypassReason | None:
+    """Why this tool's calls are not cached on a server that caches, or None."""
+    if rule is not None:
+        if rule.enabled is False or rule.invalidates:
+            return "tool_rule"
+        if rule.enabled:
+            return None
+    if server.cache.only_read_only_tools and not hints.read_only(server.name, tool):
+        return "not_read_only"
+    return None
+
+
+def learns_tools(server: Server, message: Message) -> bool:
+    """Whether this request's answer teaches which of the server's tools are read-only."""
+    return message.method == "tools/list" and server.cache.only_read_only_tools
 
 
 def keyed_headers(server: Server, headers: Mapping[str, str]) -> frozenset[str]:
@@ -143,14 +197,23 @@ def plan(
     headers: Mapping[str, str],
     raw_headers: Sequence[tuple[str, str]],
     app_id: str,
+    hints: ToolHints | None = None,
 ) -> Bypass | Lookup:
     """Look this request up, and under which key, or forward it untouched.
 
     Raises `RequestRefused` when the headers the key depends on are ambiguous.
     """
+    cache = server.cache
     reason = bypass_reason(server, message)
+    rule = tool_rule(server, message) if cache.tools else None
+    tool: str | None = None
+    if reason is None and message.method == "tools/call":
+        tool = message.params["name"]
+        if rule is not None or cache.only_read_only_tools:
+            reason = tool_bypass(server, rule, tool, hints or ToolHints())
     if reason is not None:
-        return Bypass(reason)
+        invalidates = rule.invalidates if rule is not None else ()
+        return Bypass(reason, invalidates, learns_tools(server, message))
     keyed = keyed_headers(server, headers)
     # Only a request with a repeated header or a `Connection` header can be ambiguous.
     if len(raw_headers) != len(headers) or "connection" in headers:
@@ -159,9 +222,18 @@ def plan(
             raise RequestRefused(problem)
     assert message.method is not None
     who = identity(server, headers, keyed)
-    key = cache_key(server.name, message.method, message.params, app_id, who)
-    session = headers.get(SESSION_HEADER)
-    return Lookup(key, session_scope(server, session) if session else "", keyed)
+    ignored = rule.ignore_arguments if rule is not None else ()
+    key = cache_key(server.name, message.method, message.params, app_id, who, ignored)
+    session_id = headers.get(SESSION_HEADER)
+    session = session_scope(server, session_id) if session_id else ""
+    if tool is not None:
+        ttl = rule.ttl if rule is not None and rule.ttl is not None else cache.ttl
+        scope = Scope(server.name, tool=tool)
+    elif message.method == "resources/read":
+        ttl, scope = cache.ttl, Scope(server.name, uri=message.params["uri"])
+    else:
+        ttl, scope = cache.metadata_ttl or cache.ttl, Scope(server.name, listing=message.method)
+    return Lookup(key, ttl, scope, session, keyed)
 
 
 def response_refusal(
@@ -211,14 +283,20 @@ def _varies_within_key(keyed: frozenset[str], vary: str) -> bool:
 
 
 def storage_ttl(
-    server: Server, verdict: Verdict, headers: Mapping[str, str], method: str | None = None
+    server: Server,
+    verdict: Verdict,
+    headers: Mapping[str, str],
+    method: str | None = None,
+    planned: float | None = None,
 ) -> float:
-    """How long a storable answer is kept: the server's TTL (`metadataTTL` for lists
-    and discovery), shortened by the result's own freshness hint and by the upstream's
-    `max-age`/`s-maxage`."""
+    """How long a storable answer is kept: the TTL the plan chose (`planned`: a tool
+    rule's), else the server's (`metadataTTL` for lists and discovery), shortened by the
+    result's own freshness hint and by the upstream's `max-age`/`s-maxage`."""
     ttl = server.cache.ttl
     if method in METADATA_METHODS and server.cache.metadata_ttl:
         ttl = server.cache.metadata_ttl
+    if planned is not None:
+        ttl = planned
     if verdict.ttl_cap is not None:
         ttl = min(ttl, verdict.ttl_cap)
     max_age = _max_age(cache_directives(headers.get("cache-control", "")))
@@ -266,3 +344,8 @@ def stale_while_revalidating(server: Server, expires_at: float, now: float) -> b
 def stale_on_error(server: Server, expires_at: float, now: float) -> bool:
     """An expired entry may answer because the upstream failed."""
     return now < expires_at + (server.cache.stale_if_error or 0.0)
+
+
+def write_happened(verdict: Verdict) -> bool:
+    """Whether a write tool's answer leaves open that it changed something."""
+    return verdict.reason not in FAILED_CALL

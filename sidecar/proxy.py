@@ -37,19 +37,24 @@ from .errors import (
     UPSTREAM_UNAVAILABLE,
     ProxyError,
 )
-from .flights import SessionFlights, Ticket
 from .headers import forward_headers, response_headers
 from .hit import HitResponse
 from .incoming import Incoming
+from .invalidation import Invalidator
 from .messages import ERROR, INVALID_REQUEST, RESULT, Message, Verdict, method_label
 from .metrics import Metrics
+from .notices import Notice
 from .origin import OriginPolicy
 from .relay import Call, Relay
+from .session_ids import SessionRequestIds, Ticket
 from .shared import SharedTier
 from .store import Entry, ResponseCache
 from .upstream import UpstreamClient, UpstreamFailure, UpstreamResponse
 
 logger = logging.getLogger("mcpcache.sidecar")
+
+FOLLOW_BOUND = 1 << 20
+"""How much of a write's or a `tools/list`'s answer is decoded to see how it ended."""
 
 
 def _with_headers(
@@ -71,6 +76,7 @@ class Proxy:
         metrics: Metrics,
         client: UpstreamClient,
         origin_policy: OriginPolicy,
+        invalidator: Invalidator,
         shared: SharedTier | None = None,
     ) -> None:
         self._config = config
@@ -78,11 +84,13 @@ class Proxy:
         self.metrics = metrics
         self.client = client
         self.origin_policy = origin_policy
+        self.invalidator = invalidator
+        self.hints = invalidator.hints
         self.shared = shared
         self.via_token = f"mcpcache-{secrets.token_hex(8)}"
         """This sidecar's name in `Via`: a request that already carries it has looped."""
         self.via = f"1.1 {self.via_token}"
-        self.flights = SessionFlights()
+        self.session_ids = SessionRequestIds()
         self.coalescer = Coalescer()
 
     async def aclose(self) -> None:
@@ -99,14 +107,12 @@ class Proxy:
         config = self._config()
         server = self._route(incoming, config, server_name)
         if incoming.method != "POST":
-            return await self._pass_through(
-                incoming, server, None, None, cache_status.forwarded("method")
-            )
+            return await self._pass_through(incoming, server, None, None, policy.Bypass("method"))
         raw = await incoming.read_body(config.max_request_bytes)
         message = incoming.message(raw)
         try:
             plan = policy.plan(
-                server, message, incoming.headers, incoming.raw_headers, config.app_id
+                server, message, incoming.headers, incoming.raw_headers, config.app_id, self.hints
             )
         except policy.RequestRefused as exc:
             raise ProxyError(400, INVALID_REQUEST, str(exc), message.id) from exc
@@ -114,9 +120,7 @@ class Proxy:
         if isinstance(plan, policy.Bypass):
             if message.is_request:
                 self.metrics.count(server.name, method, "bypass")
-            return await self._pass_through(
-                incoming, server, message, raw, cache_status.forwarded(plan.fwd)
-            )
+            return await self._pass_through(incoming, server, message, raw, plan)
         entry = self.cache.get_fresh(plan.key)
         if entry is not None:
             self.metrics.count(server.name, method, "hit")
@@ -188,18 +192,75 @@ class Proxy:
         server: Server,
         message: Message | None,
         raw: bytes | None,
-        status: str,
+        plan: policy.Bypass,
     ) -> Response:
         """Forward and relay; nothing is stored. A request's answer is still followed,
-        to end a stream that breaks before answering with an error the client sees."""
+        to end a stream that breaks before answering with an error the client sees, and
+        to act on it: a write invalidates, a `tools/list` teaches read-only hints."""
+        status = cache_status.forwarded(plan.fwd, plan.detail)
         call, response, ticket = await self._open(incoming, server, message, raw)
         self._forget_ended_session(incoming, server, response)
         capture = None
+        on_final = None
         if message is not None and message.is_request:
-            capture = ResponseCapture(message.id, response.event_stream, 0)
-        relay = Relay(response, call, self.metrics, capture, on_done=self._ender(ticket))
-        streaming = StreamingResponse(relay.stream(b""), response.status)
-        return _with_headers(streaming, response_headers(response.headers), status)
+            follows = bool(plan.invalidates) or plan.learn_tools
+            bound = FOLLOW_BOUND if follows else 0
+            capture = ResponseCapture(message.id, response.event_stream, bound)
+            on_final = self._follower(server, plan, capture)
+        relay = Relay(
+            response,
+            call,
+            self.metrics,
+            capture,
+            on_final,
+            on_notice=self._on_notice(server),
+            on_done=self._ender(ticket),
+        )
+        headers = response_headers(response.headers)
+        if on_final is None or response.event_stream:
+            streaming = StreamingResponse(relay.stream(b""), response.status)
+            return _with_headers(streaming, headers, status)
+        # A JSON answer followed to its end: read it before the headers, so that what
+        # it invalidates is gone before the caller can ask again.
+        prefix = await relay.read_prefix()
+        if relay.done:
+            return _with_headers(Response(prefix, response.status), headers, status)
+        on_final(Verdict("too_large"), False)  # cannot tell how it ended: assume it wrote
+        streaming = StreamingResponse(relay.stream(prefix), response.status)
+        return _with_headers(streaming, headers, status)
+
+    def _follower(
+        self, server: Server, plan: policy.Bypass, capture: ResponseCapture
+    ) -> Callable[[Verdict, bool], Verdict] | None:
+        """What to do once a forwarded request's answer is known, if anything."""
+        if plan.invalidates:
+            globs = plan.invalidates
+            done = False
+
+            def invalidate(verdict: Verdict, event_stream: bool) -> Verdict:
+                nonlocal done
+                if not done and policy.write_happened(verdict):
+                    self.invalidator.tools(server.name, globs, "write")
+                done = True
+                return verdict
+
+            return invalidate
+        if plan.learn_tools:
+
+            def learn(verdict: Verdict, event_stream: bool) -> Verdict:
+                final = capture.final
+                if final is not None and "result" in final:
+                    self.hints.learn(server.name, final["result"])
+                return verdict
+
+            return learn
+        return None
+
+    def _on_notice(self, server: Server) -> Callable[[Notice], None]:
+        def notice(notice: Notice) -> None:
+            self.invalidator.notice(server.name, notice)
+
+        return notice
 
     async def _miss(self, request: Request) -> ASGIApp:
         """A cacheable request the cache cannot answer fresh: answer from a stale entry
@@ -303,21 +364,22 @@ class Proxy:
         the leader (while it is there), settle the followers' answer, store if allowed.
 
         Inside a legacy session the call holds a ticket for its id until its answer has
-        passed (see `flights`); an answer given while another request used the same id
+        passed (see `session_ids`); an answer given while another request used the same id
         is neither stored nor shared."""
         server, message, incoming = request.server, request.message, request.incoming
+        epoch = self.invalidator.epoch(server.name)
         call = Call(server.name, request.method, message.id, time.perf_counter())
         ticket = None
         session = incoming.headers.get(policy.SESSION_HEADER)
         if session is not None:
-            ticket = self.flights.begin(policy.session_scope(server, session), message.id)
+            ticket = self.session_ids.begin(policy.session_scope(server, session), message.id)
         try:
             response = await self.client.open(
                 "POST", server.url, headers, request.raw, server.timeout, server.timeout
             )
         except BaseException as exc:
             if ticket is not None:
-                self.flights.end(ticket)
+                self.session_ids.end(ticket)
             if not isinstance(exc, UpstreamFailure):
                 raise
             self._upstream_failed(call, exc)
@@ -338,12 +400,27 @@ class Proxy:
         def store(verdict: Verdict, event_stream: bool) -> Verdict:
             if ticket is not None and ticket.reused and verdict.reason is None:
                 verdict = Verdict("id_reused")
-            ttl = policy.storage_ttl(server, verdict, response.header_map, message.method)
+            if verdict.reason is None and self.invalidator.epoch(server.name) != epoch:
+                verdict = Verdict("invalidated")  # fetched before entries were dropped
+            if learns and capture.final is not None and "result" in capture.final:
+                self.hints.learn(server.name, capture.final["result"])
+            ttl = policy.storage_ttl(
+                server, verdict, response.header_map, message.method, request.lookup.ttl
+            )
             verdict = self._store(request, verdict, event_stream, ttl)
             flight.settle(_outcome(status, capture, verdict))
             return verdict
 
-        relay = Relay(response, call, self.metrics, capture, store, self._ender(ticket))
+        learns = policy.learns_tools(server, message)
+        relay = Relay(
+            response,
+            call,
+            self.metrics,
+            capture,
+            store,
+            on_notice=self._on_notice(server),
+            on_done=self._ender(ticket),
+        )
         headers_out = tuple(response_headers(response.headers))
         if response.event_stream:
             flight.open_head(Head(status, headers_out, cache_status.MISS))
@@ -390,7 +467,7 @@ class Proxy:
     def _ender(self, ticket: Ticket | None) -> Callable[[], None] | None:
         if ticket is None:
             return None
-        return lambda: self.flights.end(ticket)
+        return lambda: self.session_ids.end(ticket)
 
     async def _open(
         self, incoming: Incoming, server: Server, message: Message | None, raw: bytes | None
@@ -398,16 +475,16 @@ class Proxy:
         """Send the request upstream; upstream failures become 502/504 errors.
 
         A request inside a legacy session holds a ticket for its id until its answer
-        has passed (see `flights`)."""
+        has passed (see `session_ids`)."""
         ticket = None
         session = incoming.headers.get(policy.SESSION_HEADER)
         if session is not None and message is not None and message.is_request:
-            ticket = self.flights.begin(policy.session_scope(server, session), message.id)
+            ticket = self.session_ids.begin(policy.session_scope(server, session), message.id)
         try:
             call, response = await self._send(incoming, server, message, raw)
         except BaseException:
             if ticket is not None:
-                self.flights.end(ticket)
+                self.session_ids.end(ticket)
             raise
         return call, response, ticket
 
@@ -476,6 +553,7 @@ class Proxy:
                 lookup.session,
                 server.cache.keep_stale,
                 verdict.ttl_at,
+                scope=lookup.scope,
             )
             if stored is None:
                 verdict = Verdict("over_budget")

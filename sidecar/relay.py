@@ -3,8 +3,9 @@
 Each chunk is shown to the response's `ResponseCapture` (when it has one) on its way.
 When the capture has seen the final answer, or the body ends, the relay reports it once
 through `on_final` (the verdict, and whether the answer was an event stream), whose
-returned verdict (stored, or why not) it keeps for `Cache-Status`. The
-relay never decides anything about the cache itself.
+returned verdict (stored, or why not) it keeps for `Cache-Status`. Notifications that say
+cached answers are out of date go to `on_notice` as they pass, before the client sees
+them. The relay never decides anything about the cache itself.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .capture import ResponseCapture
 from .errors import UPSTREAM_UNAVAILABLE, error_body
 from .messages import Verdict, frame_event
 from .metrics import Metrics
+from .notices import Notice, NoticeWatch
 from .upstream import UpstreamFailure, UpstreamResponse
 
 logger = logging.getLogger("mcpcache.sidecar")
@@ -45,6 +47,7 @@ class Relay:
         metrics: Metrics,
         capture: ResponseCapture | None = None,
         on_final: Callable[[Verdict, bool], Verdict] | None = None,
+        on_notice: Callable[[Notice], None] | None = None,
         on_done: Callable[[], None] | None = None,
     ) -> None:
         self.response = response
@@ -52,6 +55,12 @@ class Relay:
         self.metrics = metrics
         self.capture = capture
         self.on_final = on_final
+        self.on_notice = on_notice
+        self._watch = (
+            NoticeWatch()
+            if capture is None and on_notice is not None and response.event_stream
+            else None
+        )
         self.on_done = on_done
         self.done = False
         self.verdict: Verdict | None = None
@@ -132,8 +141,15 @@ class Relay:
     def _see(self, chunk: bytes) -> None:
         capture = self.capture
         if capture is None:
+            if self._watch is not None and self.on_notice is not None:
+                for notice in self._watch.feed(chunk):
+                    self.on_notice(notice)
             return
         capture.feed(chunk)
+        if capture.notices and self.on_notice is not None:
+            notices, capture.notices = capture.notices, []
+            for notice in notices:
+                self.on_notice(notice)
         if capture.final_seen and self.verdict is None and self.on_final is not None:
             self.verdict = self.on_final(capture.finish(), capture.event_stream)
 

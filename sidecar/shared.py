@@ -303,6 +303,14 @@ class SharedTier:
             _glob_escape(f"{self.app_prefix(app_id)}{server}:") + "*"
         )
 
+    def forget_server(self, app_id: str, server: str) -> None:
+        """Remove one server's entries for one app in the background (an invalidation
+        or a purge on this replica reaches every replica's shared entries this way)."""
+        if not self._spawn(partial(self.delete_server, app_id, server)):
+            logger.warning(
+                "shared cache: too busy to drop a server's entries", extra={"server": server}
+            )
+
     async def clear(self, app_id: str) -> int:
         """Remove every entry of one app."""
         return await self._delete_matching(_glob_escape(self.app_prefix(app_id)) + "*")

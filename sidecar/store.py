@@ -11,16 +11,27 @@ against both budgets, and, being expired, are the first to go when space is need
 
 from __future__ import annotations
 
+import fnmatch
 import heapq
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import cachetools
 
 EvictionReason = Literal["expired", "capacity", "purged"]
+
+
+class Scope(NamedTuple):
+    """What an entry answers, for removing entries on request: a server and one of the
+    tool called, the resource read or the list method asked. Never the caller."""
+
+    server: str
+    tool: str | None = None
+    uri: str | None = None
+    listing: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +54,7 @@ class Entry:
     ttl_at: int = 0
     """Where the value of the result's `ttlMs` starts in `result` (0: it has none)."""
     seq: int = field(default=0, compare=False)
+    scope: Scope | None = None
 
     @property
     def size(self) -> int:
@@ -70,6 +82,10 @@ class ResponseCache(cachetools.Cache[str, Entry]):
 
     Storing an entry evicts the entries closest to expiring until it fits; expired
     entries are closest of all. A lookup never returns an expired entry.
+
+    Entries stored with a `Scope` are indexed by it, so that a server's, a tool's or a
+    resource's entries can be removed without a scan. The index changes only when an
+    entry is stored or removed; a lookup never touches it.
     """
 
     def __init__(
@@ -85,6 +101,7 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         self._on_evict = on_evict
         self._expiry_heap: list[tuple[float, int, str]] = []
         self._seq = itertools.count()
+        self._index: dict[str, dict[Scope, set[str]]] = {}
 
     @property
     def max_bytes(self) -> int:
@@ -122,6 +139,7 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         keep_stale: float = 0.0,
         ttl_at: int = 0,
         age: float = 0.0,
+        scope: Scope | None = None,
     ) -> Entry | None:
         """Store a result for `ttl` seconds, kept `keep_stale` seconds longer for stale
         answers; None when it can never fit the budget.
@@ -132,16 +150,23 @@ class ResponseCache(cachetools.Cache[str, Entry]):
             return None
         now = self.timer()
         stored_at = now - max(0.0, age)
-        self[key] = Entry(result, event_stream, stored_at, now + ttl, session, keep_stale, ttl_at)
+        self[key] = Entry(
+            result, event_stream, stored_at, now + ttl, session, keep_stale, ttl_at, scope=scope
+        )
         return self.get(key)
 
     def __setitem__(self, key: str, entry: Entry) -> None:
         """Insert or replace, evicting nearest-to-expiry entries until both budgets hold."""
         entry = replace(entry, seq=next(self._seq))  # each stored entry is told apart in the heap
-        if key not in self:
+        old = self.get(key)
+        if old is None:
             while len(self) >= self.max_entries:
                 self.popitem()
+        elif old.scope != entry.scope:
+            self._unindex(key, old.scope)
         cachetools.Cache.__setitem__(self, key, entry)
+        if entry.scope is not None:
+            self._index.setdefault(entry.scope.server, {}).setdefault(entry.scope, set()).add(key)
         heapq.heappush(self._expiry_heap, (entry.expires_at, entry.seq, key))
         if len(self._expiry_heap) > 2 * len(self) + 64:
             self._compact_heap()
@@ -149,7 +174,58 @@ class ResponseCache(cachetools.Cache[str, Entry]):
     def __delitem__(self, key: str) -> None:
         """Remove without counting an eviction; the heap forgets it lazily (its `seq`
         no longer matches a live entry)."""
+        scope = self[key].scope
         cachetools.Cache.__delitem__(self, key)
+        self._unindex(key, scope)
+
+    def _unindex(self, key: str, scope: Scope | None) -> None:
+        if scope is None:
+            return
+        scopes = self._index.get(scope.server)
+        if scopes is None:
+            return
+        keys = scopes.get(scope)
+        if keys is None:
+            return
+        keys.discard(key)
+        if not keys:
+            del scopes[scope]
+            if not scopes:
+                del self._index[scope.server]
+
+    def scopes(self, server: str) -> dict[Scope, set[str]]:
+        """The indexed scopes of a server's entries, with their keys (do not modify)."""
+        return self._index.get(server, {})
+
+    def servers(self) -> Iterable[str]:
+        return self._index.keys()
+
+    def keys_for(
+        self,
+        server: str,
+        tools: Iterable[str] = (),
+        uri: str | None = None,
+        resources: bool = False,
+        listings: Iterable[str] = (),
+        everything: bool = False,
+    ) -> list[str]:
+        """Keys of a server's entries: all of them (`everything`), or those of tools
+        matching any of the `tools` globs, of resource `uri` (or of every resource), and
+        of the list methods named in `listings`."""
+        globs, lists = tuple(tools), frozenset(listings)
+        found: list[str] = []
+        for scope, keys in self.scopes(server).items():
+            if everything:
+                found.extend(keys)
+            elif scope.tool is not None:
+                if any(fnmatch.fnmatchcase(scope.tool, glob) for glob in globs):
+                    found.extend(keys)
+            elif scope.uri is not None:
+                if resources or scope.uri == uri:
+                    found.extend(keys)
+            elif scope.listing in lists:
+                found.extend(keys)
+        return found
 
     def purge(self, keys: list[str]) -> int:
         """Remove these entries on request (not for space); returns how many were here."""

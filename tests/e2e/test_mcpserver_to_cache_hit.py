@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from peers.clients import mcp_client
 from peers.serving import async_wait_until, free_port, wait_until
+from peers.sidecar import parse_samples
+from peers.sidecar import sample as sample_of
 
 
 def hits(metrics_url: str, server: str) -> float:
@@ -63,10 +66,8 @@ def sidecar_process(tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
         process.wait(10)
 
 
-async def test_an_applied_mcpserver_is_cached_by_a_sidecar(
-    control_plane, operator, upstream, sidecar_process, tmp_path: Path
-) -> None:
-    peer, app = upstream
+def apply_docs(control_plane, base_url: str, tmp_path: Path, cache: str = "") -> str:
+    """A new namespace with an MCPServer `docs` applied by kubectl; returns the namespace."""
     namespace = f"e2e-{uuid.uuid4().hex[:8]}"
     control_plane.run_kubectl("create", "namespace", namespace)
     manifest = tmp_path / "mcpserver.yaml"
@@ -78,33 +79,26 @@ metadata: {{name: docs, namespace: {namespace}}}
 spec:
   endpoint:
     streamableHTTP:
-      url: {app.base_url}/mcp
+      url: {base_url}/mcp
   cache:
     enabled: true
-    ttl: 60s
-"""
+{cache}"""
     )
     control_plane.run_kubectl("apply", "-f", str(manifest))
+    return namespace
 
+
+async def test_an_applied_mcpserver_is_cached_by_a_sidecar(
+    control_plane, operator, upstream, sidecar_process, tmp_path: Path
+) -> None:
+    peer, app = upstream
+    namespace = apply_docs(control_plane, app.base_url, tmp_path, "    ttl: 60s\n")
     core = client.CoreV1Api(control_plane.api_client())
-
-    def configmap_content() -> str | None:
-        try:
-            data = core.read_namespaced_config_map("mcpcache-servers", namespace).data
-        except ApiException:
-            return None
-        text = data.get("config.yaml", "")
-        return text if "name: docs" in text else None
-
-    content = wait_until(configmap_content, 30, "the operator to write the ConfigMap")
-
     config_file, proxy_url, metrics_url = sidecar_process
     await async_wait_until(lambda: _ok(f"{metrics_url}/readyz"), 30, "the sidecar to be ready")
     assert _status(proxy_url) == 404, "no servers before the ConfigMap is projected"
 
-    staged = config_file.with_suffix(".tmp")
-    staged.write_text(content)
-    staged.replace(config_file)
+    project(core, namespace, config_file, "name: docs")
     await async_wait_until(lambda: _status(proxy_url) != 404, 30, "the sidecar to reload")
 
     text = uuid.uuid4().hex
@@ -126,3 +120,80 @@ def _ok(url: str) -> bool:
 
 def _status(url: str) -> int:
     return httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}).status_code
+
+
+def project(core: client.CoreV1Api, namespace: str, config_file: Path, holds: str) -> str:
+    """Wait for the namespace's ConfigMap to hold `holds`, then project it into the file
+    as the kubelet would (an atomic replace)."""
+
+    def content() -> str | None:
+        try:
+            data = core.read_namespaced_config_map("mcpcache-servers", namespace).data
+        except ApiException:
+            return None
+        text = data.get("config.yaml", "")
+        return text if holds in text else None
+
+    text: str = wait_until(content, 30, f"the ConfigMap to hold {holds!r}")
+    staged = config_file.with_suffix(".tmp")
+    staged.write_text(text)
+    staged.replace(config_file)
+    return text
+
+
+def metric(metrics_url: str, name: str, **labels: str) -> float:
+    return sample_of(parse_samples(httpx.get(f"{metrics_url}/metrics").text), name, **labels)
+
+
+async def test_a_purge_annotation_empties_the_servers_entries_in_a_running_sidecar(
+    control_plane, operator, upstream, sidecar_process, tmp_path: Path
+) -> None:
+    peer, app = upstream
+    rules = '    ttl: 10m\n    tools:\n      - {name: "update_*", invalidates: ["get_*"]}\n'
+    namespace = apply_docs(control_plane, app.base_url, tmp_path, rules)
+    core = client.CoreV1Api(control_plane.api_client())
+    config_file, proxy_url, metrics_url = sidecar_process
+    await async_wait_until(lambda: _ok(f"{metrics_url}/readyz"), 30, "the sidecar to be ready")
+    project(core, namespace, config_file, "name: docs")
+    await async_wait_until(lambda: _status(proxy_url) != 404, 30, "the sidecar to load docs")
+
+    text = uuid.uuid4().hex
+    async with mcp_client(proxy_url) as agent:
+        await agent.call_tool("echo", {"text": text})
+        await agent.call_tool("echo", {"text": text})
+        echoes = peer.calls["echo"]
+
+        stamp = str(int(time.time()))
+        control_plane.run_kubectl(
+            "annotate", "mcps", "docs", "-n", namespace,
+            f"mcpcache.io/purge={stamp}", "--overwrite",
+        )  # fmt: skip
+        project(core, namespace, config_file, f"purge: '{stamp}'")
+        purges = {"server": "docs", "cause": "purge"}
+        await async_wait_until(
+            lambda: metric(metrics_url, "mcpcache_invalidations_total", **purges) == 1,
+            30,
+            "the sidecar to purge docs",
+        )
+        await agent.call_tool("echo", {"text": text})
+        assert peer.calls["echo"] == echoes + 1, "the purged entry was not served"
+        await agent.call_tool("echo", {"text": text})
+        assert peer.calls["echo"] == echoes + 1, "and the new answer is cached again"
+
+    objects = client.CustomObjectsApi(control_plane.api_client())
+    status = wait_until(
+        lambda: (
+            (
+                s := objects.get_namespaced_custom_object(
+                    "mcpcache.io", "v1alpha1", namespace, "mcpservers", "docs"
+                ).get("status", {})
+            ).get("lastPurge")
+            == stamp
+            and s
+        ),
+        30,
+        "the purge in status",
+    )
+    assert status["effectiveTools"][0]["invalidates"] == ["get_*"]
+    events = core.list_namespaced_event(namespace).items
+    assert any(e.reason == "PurgePropagated" and stamp in e.message for e in events)

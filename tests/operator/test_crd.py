@@ -8,12 +8,14 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from pydantic import ValidationError
 
 from mcpcache.sidecar.config import (
     RESOURCE_GROUP,
     RESOURCE_KIND,
     RESOURCE_PLURAL,
     RESOURCE_VERSION,
+    ServerCache,
 )
 from peers.paths import CRD, ROOT
 from peers.resources import GROUP, PLURAL, VERSION, mcpserver, new_namespace
@@ -110,3 +112,50 @@ def test_kubectl_shows_the_printer_columns_and_short_name(control_plane, namespa
     assert "READY" in header
     assert "AGE" in header
     assert "http://docs.tools.svc:8000/mcp" in out
+
+
+@pytest.mark.parametrize(
+    ("rule", "complaint"),
+    [
+        ({"name": ""}, "spec.cache.tools[0].name"),
+        ({"ttl": "5m"}, "spec.cache.tools[0].name: Required value"),
+        ({"name": "a", "ttl": "soon"}, "spec.cache.tools[0].ttl"),
+        ({"name": "a", "enabled": "yes"}, "spec.cache.tools[0].enabled"),
+        ({"name": "a", "ignoreArguments": ["id", "id"]}, "spec.cache.tools[0].ignoreArguments"),
+        ({"name": "a", "invalidates": [""]}, "spec.cache.tools[0].invalidates[0]"),
+        ({"name": "a", "enabled": True, "invalidates": ["b"]}, "cannot be cached"),
+        ({"name": "a\n"}, "spec.cache.tools[0].name"),
+    ],
+)
+def test_invalid_tool_rules_are_refused_by_the_crd_and_the_config_model_alike(
+    control_plane, namespace, rule, complaint
+) -> None:
+    objects = client.CustomObjectsApi(control_plane.api_client())
+    body = mcpserver("rules", enabled=True, tools=[rule])
+    with pytest.raises(ApiException) as refused:
+        objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    assert refused.value.status == 422
+    assert complaint in refused.value.body
+    with pytest.raises(ValidationError):
+        ServerCache.model_validate({"tools": [rule]})
+
+
+def test_valid_tool_rules_are_accepted_by_both_as_written(control_plane, namespace) -> None:
+    objects = client.CustomObjectsApi(control_plane.api_client())
+    cache = {
+        "enabled": True,
+        "onlyReadOnlyTools": True,
+        "tools": [
+            {"name": "search_*", "ttl": "5m", "ignoreArguments": ["requestId", "nonce"]},
+            {"name": "create_*", "enabled": False, "invalidates": ["search_*", "get_?"]},
+            {"name": "get_doc", "enabled": True},
+        ],
+    }
+    created = objects.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, mcpserver("rules", **cache)
+    )
+    assert created["spec"]["cache"]["tools"] == cache["tools"]
+    assert ServerCache.model_validate(created["spec"]["cache"]).tools[1].invalidates == (
+        "search_*",
+        "get_?",
+    )

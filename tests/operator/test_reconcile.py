@@ -184,3 +184,82 @@ def test_operator_metrics_and_health(operator) -> None:
     for _ in range(3):
         assert httpx.get(f"http://127.0.0.1:{operator.health_port}/healthz", timeout=5).is_success
     assert "aiohttp.access" not in operator.log_tail(5000), "a probe writes no log line"
+
+
+def events_for(core: client.CoreV1Api, namespace: str, name: str, reason: str) -> list:
+    return [
+        e
+        for e in core.list_namespaced_event(namespace).items
+        if e.reason == reason and e.involved_object.name == name
+    ]
+
+
+def status_of(objects: client.CustomObjectsApi, namespace: str, name: str) -> dict:
+    found = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    return found.get("status") or {}
+
+
+def test_a_shadowed_tool_rule_is_a_warning_and_the_rules_in_effect_are_in_status(
+    namespace, objects, core
+) -> None:
+    tools = [
+        {"name": "create_*", "invalidates": ["get_*"]},
+        {"name": "*", "ttl": "10s"},
+        {"name": "get_doc", "ttl": "5m"},
+    ]
+    objects.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, mcpserver("docs", enabled=True, tools=tools)
+    )
+    found = wait_until(lambda: servers(core, namespace), 30, "the configmap")
+    assert [rule.name for rule in found["docs"].cache.tools] == ["create_*", "*", "get_doc"]
+    status = wait_until(
+        lambda: (s := status_of(objects, namespace, "docs")).get("effectiveTools") and s,
+        30,
+        "the rules in status",
+    )
+    assert status["effectiveTools"][0] == {
+        "name": "create_*",
+        "caching": "off",
+        "ttl": "30s",
+        "invalidates": ["get_*"],
+    }
+    assert status["effectiveTools"][2]["shadowedBy"] == "*"
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True", "a shadowed rule is reported, not refused"
+    (event,) = wait_until(
+        lambda: events_for(core, namespace, "docs", "RulesShadowed"), 30, "the warning"
+    )
+    assert event.type == "Warning"
+    assert "'get_doc' never applies" in event.message
+
+
+def test_the_purge_annotation_reaches_the_configmap_status_and_an_event(
+    namespace, objects, core
+) -> None:
+    objects.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, mcpserver("docs", enabled=True)
+    )
+    wait_until(lambda: servers(core, namespace), 30, "the configmap")
+    assert servers(core, namespace)["docs"].purge is None
+    for value in ("1764547200", "1764547300"):
+        objects.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            "docs",
+            {"metadata": {"annotations": {"mcpcache.io/purge": value}}},
+        )
+        wait_until(lambda v=value: servers(core, namespace)["docs"].purge == v, 30, "the marker")
+        wait_until(
+            lambda v=value: status_of(objects, namespace, "docs").get("lastPurge") == v,
+            30,
+            "the purge in status",
+        )
+    events = wait_until(
+        lambda: len(e := events_for(core, namespace, "docs", "PurgePropagated")) == 2 and e,
+        30,
+        "an event per purge",
+    )
+    assert {e.type for e in events} == {"Normal"}
+    assert any("'1764547300'" in e.message for e in events)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from mcpcache.operator.configmap import configmap_body, hand_edits, render_config
-from mcpcache.operator.resource import effective_server
+from mcpcache.operator.resource import PURGE_ANNOTATION, effective_server
 from mcpcache.operator.status import desired_status, same_status
 from mcpcache.sidecar.config import parse_servers_file
 
@@ -72,6 +72,72 @@ def test_status_comparison_ignores_transition_times_only() -> None:
         again["conditions"][0]["lastTransitionTime"] == first["conditions"][0]["lastTransitionTime"]
     )
     assert not same_status(first, desired_status(effective, 2, first))
+
+
+RULES = [
+    {"name": "search_*", "ttl": "5m", "ignoreArguments": ["requestId"]},
+    {"name": "create_*", "invalidates": ["search_*", "get_*"]},
+    {"name": "*", "enabled": False},
+    {"name": "get_doc", "enabled": True},
+]
+
+
+def test_tool_rules_reach_the_configmap_and_status_shows_them_in_effect() -> None:
+    spec = {**SPEC, "cache": {**SPEC["cache"], "onlyReadOnlyTools": True, "tools": RULES}}
+    effective = effective_server("docs", spec)
+    assert effective.server is not None
+    server = parse_servers_file(render_config([effective.server]), environ={}).server("docs")
+    assert server is not None
+    assert server.cache == effective.server.cache
+    assert server.cache.rule_for("search_docs").ignore_arguments == ("requestId",)
+    status = desired_status(effective, 1, None)
+    assert status["effectiveTools"] == [
+        {"name": "search_*", "caching": "read-only", "ttl": "5m", "ignoreArguments": ["requestId"]},
+        {"name": "create_*", "caching": "off", "ttl": "1m", "invalidates": ["search_*", "get_*"]},
+        {"name": "*", "caching": "off", "ttl": "1m"},
+        {"name": "get_doc", "caching": "on", "ttl": "1m", "shadowedBy": "*"},
+    ]
+
+
+def test_a_rule_behind_an_earlier_catch_all_is_reported_not_refused() -> None:
+    spec = {**SPEC, "cache": {**SPEC["cache"], "tools": RULES}}
+    effective = effective_server("docs", spec)
+    assert effective.server is not None
+    assert effective.shadowed == (("get_doc", "*"),)
+    condition = next(
+        c for c in desired_status(effective, 2, None)["conditions"] if c["type"] == "RulesShadowed"
+    )
+    assert condition["status"] == "True"
+    assert "'get_doc' never applies" in condition["message"]
+    plain = desired_status(effective_server("docs", SPEC), 2, None)
+    assert {c["type"]: c["status"] for c in plain["conditions"]}["RulesShadowed"] == "False"
+    assert "effectiveTools" not in plain
+
+
+def test_an_invalid_rule_makes_the_server_not_ready_with_the_reason() -> None:
+    rule = {"name": "create", "enabled": True, "invalidates": ["get"]}
+    effective = effective_server("docs", {**SPEC, "cache": {"tools": [rule]}})
+    assert effective.server is None
+    assert effective.error is not None
+    assert "tools.0" in effective.error
+    assert "cannot be cached" in effective.error
+
+
+def test_the_purge_annotation_becomes_the_servers_purge_marker() -> None:
+    assert effective_server("docs", SPEC).server.purge is None  # type: ignore[union-attr]
+    annotated = effective_server("docs", SPEC, {PURGE_ANNOTATION: "1764547200"})
+    assert annotated.server is not None
+    assert annotated.server.purge == "1764547200"
+    assert desired_status(annotated, 1, None)["lastPurge"] == "1764547200"
+    long = effective_server("docs", SPEC, {PURGE_ANNOTATION: "x" * 5000}).server
+    longer = effective_server("docs", SPEC, {PURGE_ANNOTATION: "x" * 5001}).server
+    assert long is not None
+    assert longer is not None
+    assert (long.purge or "").startswith("sha256:")
+    assert long.purge != longer.purge
+    # Removing the annotation later keeps the last purge on record.
+    status = desired_status(effective_server("docs", SPEC), 2, {"lastPurge": "1764547200"})
+    assert status["lastPurge"] == "1764547200"
 
 
 def test_stale_windows_and_metadata_ttl_reach_the_sidecar() -> None:

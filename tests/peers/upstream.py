@@ -17,7 +17,17 @@ from mcp.server.caching import CacheableMethod, CacheHint
 from mcp.server.mcpserver import Context, Elicit, Resolve, Sample
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types import CreateMessageResult, SamplingMessage, TextContent
+from mcp_types import (
+    CreateMessageResult,
+    PromptListChangedNotification,
+    ResourceListChangedNotification,
+    ResourceUpdatedNotification,
+    ResourceUpdatedNotificationParams,
+    SamplingMessage,
+    TextContent,
+    ToolAnnotations,
+    ToolListChangedNotification,
+)
 from pydantic import BaseModel
 
 LIST_METHODS: tuple[CacheableMethod, ...] = (
@@ -64,6 +74,7 @@ class Upstream:
         self.calls: collections.Counter[str] = collections.Counter()
         self.http: collections.Counter[str] = collections.Counter()
         self._gates: dict[str, threading.Event] = {}
+        self.docs: dict[str, str] = {}
         hints: dict[CacheableMethod, CacheHint] = {
             "resources/read": CacheHint(ttl_ms=resource_ttl_ms)
         }
@@ -180,6 +191,57 @@ class Upstream:
             self.calls["word"] += 1
             content = sampled.content
             return f"word={content.text if isinstance(content, TextContent) else '?'}"
+
+        read_only = ToolAnnotations(readOnlyHint=True)
+
+        @mcp.tool(annotations=read_only)
+        def get_doc(ctx: Context, name: str) -> str:
+            """A stored document, with the caller's credential: read-only, differs per user."""
+            self.calls["get_doc"] += 1
+            user = (ctx.headers or {}).get("authorization", "anonymous")
+            return f"{self.docs.get(name, '')} for {user} #{self.calls['get_doc']}"
+
+        @mcp.tool(annotations=read_only)
+        def count_docs() -> str:
+            """How many documents there are: read-only."""
+            self.calls["count_docs"] += 1
+            return f"{len(self.docs)} #{self.calls['count_docs']}"
+
+        @mcp.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+        def update_doc(name: str, text: str) -> str:
+            """Store a document; an empty text is refused (a tool error, nothing written)."""
+            self.calls["update_doc"] += 1
+            if not text:
+                raise ToolError("refused: empty text")
+            self.docs[name] = text
+            return f"stored {name}"
+
+        @mcp.tool(annotations=read_only)
+        def search(ctx: Context, q: str, requestId: str = "") -> str:
+            """Search results for `q` and the caller; `requestId` changes nothing."""
+            self.calls["search"] += 1
+            user = (ctx.headers or {}).get("authorization", "anonymous")
+            return f"results for {q} for {user} #{self.calls['search']}"
+
+        @mcp.tool()
+        async def announce(kind: str, ctx: Context, uri: str = "", scoped: bool = True) -> str:
+            """Send a notification that answers are out of date: `resource` (for `uri`),
+            `resources`, `prompts` or `tools` list changed; inside this call's own stream when
+            `scoped`, else on the session's GET stream."""
+            self.calls["announce"] += 1
+            notification: Any
+            if kind == "resource":
+                params = ResourceUpdatedNotificationParams(uri=uri)
+                notification = ResourceUpdatedNotification(params=params)
+            elif kind == "resources":
+                notification = ResourceListChangedNotification()
+            elif kind == "prompts":
+                notification = PromptListChangedNotification()
+            else:
+                notification = ToolListChangedNotification()
+            related = ctx.request_id if scoped else None
+            await ctx.session.send_notification(notification, related_request_id=related)
+            return f"announced {kind}"
 
         @mcp.resource("doc://{name}")
         def doc(name: str) -> str:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from peers.clients import MODERN, call_body, call_headers, mcp_client, post
-from peers.serving import ServedApp, async_wait_until
+from peers.serving import ServedApp, async_wait_until, served
 from peers.sidecar import RunningSidecar, one_server
 from peers.upstream import LIST_METHODS, Upstream
 
@@ -164,3 +164,21 @@ async def test_a_tool_result_without_ttl_ms_gets_none_on_a_hit(make_sidecar, lis
         )
     assert response.headers["cache-status"] == "mcpcache; hit"
     assert "ttlMs" not in response.json()["result"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "method"),
+    [("prompts", "prompts/list"), ("tools", "tools/list"), ("resources", "resources/list")],
+)
+async def test_a_list_changed_notification_drops_that_lists_entries(
+    make_sidecar, kind: str, method: str
+) -> None:
+    # Event streams this time: a notification needs a stream to travel in.
+    with served(Upstream(list_ttl_ms=60_000).app()) as app:
+        sidecar = make_sidecar(one_server(app.base_url + "/mcp", metadataTTL="5m"))
+        await ask(sidecar, method)
+        assert (await ask(sidecar, method, 2)).headers["cache-status"] == "mcpcache; hit"
+        body = call_body(3, "announce", {"kind": kind, "scoped": True})
+        await post(sidecar.url("s"), body, call_headers("announce"))
+        again = await ask(sidecar, method, 4)
+        assert again.headers["cache-status"].startswith("mcpcache; fwd=miss")

@@ -8,7 +8,9 @@ import pytest
 
 from mcpcache.sidecar import policy
 from mcpcache.sidecar.config import Server
+from mcpcache.sidecar.hints import ToolHints
 from mcpcache.sidecar.messages import Message, Verdict
+from mcpcache.sidecar.store import Scope
 
 
 def server(**cache: Any) -> Server:
@@ -21,8 +23,14 @@ def request(method: str = "tools/call", **params: Any) -> Message:
     return Message({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 
 
-def plan(server: Server, message: Message, headers: dict[str, str], app: str = "agent") -> Any:
-    return policy.plan(server, message, headers, list(headers.items()), app)
+def plan(
+    server: Server,
+    message: Message,
+    headers: dict[str, str],
+    app: str = "agent",
+    hints: ToolHints | None = None,
+) -> Any:
+    return policy.plan(server, message, headers, list(headers.items()), app, hints)
 
 
 def test_a_cacheable_call_is_looked_up_under_a_key() -> None:
@@ -77,18 +85,99 @@ def test_the_key_depends_on_the_caller_and_the_credential() -> None:
     ],
 )
 def test_response_refusal(status: int, headers: dict[str, str], reason: str | None) -> None:
-    lookup = policy.Lookup("k")
+    lookup = policy.Lookup("k", 30.0, Scope("docs"))
     assert policy.response_refusal(server(), lookup, status, headers, event_stream=False) == reason
 
 
+def lookup(cached: Server, **params: Any) -> policy.Lookup:
+    found = plan(cached, request(**params), {})
+    assert isinstance(found, policy.Lookup)
+    return found
+
+
 def test_storage_ttl_is_the_shorter_of_the_server_ttl_and_the_result_hint() -> None:
-    assert policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}"), {}) == 60
-    assert policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}", ttl_cap=5), {}) == 5
-    assert policy.storage_ttl(server(ttl="2s"), Verdict(None, b"{}", ttl_cap=5), {}) == 2
+    def ttl(cached: Server, cap: float | None = None) -> float:
+        verdict = Verdict(None, b"{}", ttl_cap=cap)
+        planned = lookup(cached, name="t").ttl
+        return policy.storage_ttl(cached, verdict, {}, "tools/call", planned)
+
+    assert ttl(server(ttl="60s")) == 60
+    assert ttl(server(ttl="60s"), cap=5) == 5
+    assert ttl(server(ttl="2s"), cap=5) == 2
+    assert ttl(server(ttl="60s", tools=[{"name": "t", "ttl": "10s"}]), cap=30) == 10
+
+
+RULES = [
+    {"name": "search_*", "ttl": "5m", "ignoreArguments": ["requestId"]},
+    {"name": "create_*", "invalidates": ["search_*"]},
+    {"name": "audit", "enabled": False},
+    {"name": "lookup", "enabled": True},
+]
+
+
+def test_the_first_matching_rule_applies_else_the_server_defaults() -> None:
+    ruled = server(ttl="60s", tools=[*RULES, {"name": "search_old", "ttl": "1s"}])
+    assert lookup(ruled, name="search_docs").ttl == 300
+    assert lookup(ruled, name="search_old").ttl == 300
+    assert lookup(ruled, name="other").ttl == 60
+    assert plan(ruled, request(name="audit"), {}) == policy.Bypass("tool_rule")
+
+
+def test_a_tool_that_invalidates_is_never_cached_and_carries_its_globs() -> None:
+    write = plan(server(tools=RULES), request(name="create_doc"), {})
+    assert write == policy.Bypass("tool_rule", ("search_*",))
+    assert (write.fwd, write.detail) == ("bypass", "tool-rule")
+
+
+def test_ignored_arguments_leave_the_key_and_nothing_else_does() -> None:
+    ruled = server(tools=RULES)
+
+    def key(app: str = "a", auth: str = "", **arguments: Any) -> str:
+        headers = {"authorization": auth} if auth else {}
+        message = request(name="search_docs", arguments=arguments)
+        found = plan(ruled, message, headers, app)
+        assert isinstance(found, policy.Lookup)
+        return str(found.key)
+
+    assert key(q="x", requestId=1) == key(q="x", requestId=2) == key(q="x")
+    assert key(q="x") != key(q="y")
+    assert key(q="x") != key(app="b", q="x")
+    assert key(q="x") != key(auth="Bearer one", q="x") != key(auth="Bearer two", q="x")
+    unruled = plan(server(), request(name="search_docs", arguments={"q": "x"}), {}, "a")
+    assert isinstance(unruled, policy.Lookup)
+    assert unruled.key != key(q="x"), "entries made under other rules never meet"
+
+
+def test_only_read_only_tools_caches_what_a_listing_called_read_only() -> None:
+    hints = ToolHints()
+    ruled = server(onlyReadOnlyTools=True, tools=RULES)
+
+    def decide(name: str) -> policy.Bypass | policy.Lookup:
+        return plan(ruled, request(name=name), {}, hints=hints)
+
+    assert decide("get") == policy.Bypass("not_read_only")
+    hints.learn(
+        "docs",
+        {
+            "tools": [
+                {"name": "get", "annotations": {"readOnlyHint": True}},
+                {"name": "put", "annotations": {"readOnlyHint": False}},
+                {"name": "other"},
+            ]
+        },
+    )
+    assert isinstance(decide("get"), policy.Lookup)
+    assert decide("put") == policy.Bypass("not_read_only")
+    assert decide("other") == policy.Bypass("not_read_only")
+    assert isinstance(decide("lookup"), policy.Lookup), "enabled: true overrides"
+    hints.learn("docs", {"tools": [{"name": "get"}]})
+    assert decide("get") == policy.Bypass("not_read_only"), "one listing saying no is enough"
+    listing = plan(ruled, request("tools/list"), {}, hints=hints)
+    assert listing == policy.Bypass("method", learn_tools=True)
 
 
 def test_no_cache_on_an_event_stream_is_the_streams_convention_not_a_refusal() -> None:
-    lookup = policy.Lookup("k")
+    lookup = policy.Lookup("k", 30.0, Scope("docs"))
     no_cache = {"cache-control": "no-cache, no-transform"}
     assert policy.response_refusal(server(), lookup, 200, no_cache, event_stream=True) is None
     no_store = {"cache-control": "no-store"}

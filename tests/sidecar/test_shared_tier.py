@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import pytest
 
 from mcpcache.sidecar.config import ConfigError, parse_config
@@ -505,3 +506,28 @@ async def test_rediss_is_verified_tls(make_sidecar, json_upstream) -> None:
         assert untrusted.sample("mcpcache_shared_lookups_total", result="error") == 1
     finally:
         redis.stop()
+
+
+async def test_a_purge_on_one_replica_reaches_every_replicas_shared_entries(
+    make_sidecar, redis_server, json_upstream
+) -> None:
+    peer, app = json_upstream
+    document = shared_config(app, redis_server.url)
+    first, second = make_sidecar(document), make_sidecar(document)
+    arguments = {"text": "purged-" + uuid.uuid4().hex}
+    await call(first, "echo", arguments)
+    await stored_in_redis(first)
+    assert len(keys(redis_server, document["appId"])) == 1
+    async with httpx.AsyncClient(timeout=10) as http:
+        purged = await http.post(
+            f"http://127.0.0.1:{first.port}/admin/purge",
+            json={"server": "s"},
+        )
+    assert purged.status_code == 200
+    await async_wait_until(
+        lambda: not keys(redis_server, document["appId"]), what="the shared entries to go"
+    )
+    before = peer.calls["echo"]
+    status, _, _ = await call(second, "echo", arguments)
+    assert status.startswith("mcpcache; fwd=miss")
+    assert peer.calls["echo"] == before + 1

@@ -3,7 +3,7 @@ from __future__ import annotations
 import orjson
 
 from mcpcache.sidecar.messages import encode_result
-from mcpcache.sidecar.store import EvictionReason, ResponseCache
+from mcpcache.sidecar.store import EvictionReason, ResponseCache, Scope
 
 
 class Clock:
@@ -127,6 +127,26 @@ def test_a_purge_is_counted_as_purged_not_as_capacity() -> None:
     assert cache.purge(["a", "missing"]) == 1
     assert set(cache) == {"b"}
     assert evicted == ["purged"]
+
+
+def test_entries_are_indexed_by_scope_until_removed_whatever_removes_them() -> None:
+    cache, clock, evicted = make(max_entries=3)
+    cache.store("a", b"1", False, ttl=10, scope=Scope("docs", tool="get_doc"))
+    cache.store("b", b"22", False, ttl=20, scope=Scope("docs", tool="search"))
+    cache.store("c", b"333", False, ttl=30, scope=Scope("docs", uri="doc://x"))
+    assert sorted(cache.keys_for("docs", tools=["get_*", "s*"])) == ["a", "b"]
+    assert cache.keys_for("docs", uri="doc://x") == ["c"]
+    assert cache.keys_for("docs", resources=True) == ["c"]
+    assert sorted(cache.keys_for("docs", everything=True)) == ["a", "b", "c"]
+    assert cache.keys_for("other", everything=True) == []
+
+    cache.store("d", b"4", False, ttl=40, scope=Scope("other", tool="get_doc"))  # evicts "a"
+    assert cache.keys_for("docs", tools=["*"]) == ["b"]
+    clock.now += 25  # "b" expires
+    assert cache.get_fresh("b") is None
+    assert cache.purge(cache.keys_for("docs", everything=True)) == 1
+    assert list(cache.servers()) == ["other"]
+    assert evicted == ["capacity", "expired", "purged"]
 
 
 def test_an_expired_entry_is_kept_for_its_stale_window_but_never_served_fresh() -> None:

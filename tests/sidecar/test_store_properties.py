@@ -7,9 +7,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from mcpcache.sidecar.store import ResponseCache
+from mcpcache.sidecar.store import ResponseCache, Scope
 
 KEYS = st.sampled_from([f"k{i}" for i in range(12)])
+SCOPES = st.sampled_from(
+    [Scope("a", tool="t1"), Scope("a", tool="t2"), Scope("a", uri="u"), Scope("b", tool="t1")]
+)
 
 
 class CacheMachine(RuleBasedStateMachine):
@@ -19,11 +22,16 @@ class CacheMachine(RuleBasedStateMachine):
         self.cache = ResponseCache(max_entries=5, max_bytes=1000, timer=lambda: self.now)
         self.last: dict[str, bytes] = {}
 
-    @rule(key=KEYS, size=st.integers(0, 1200), ttl=st.floats(0, 50, allow_nan=False))
-    def store(self, key: str, size: int, ttl: float) -> None:
+    @rule(
+        key=KEYS,
+        size=st.integers(0, 1200),
+        ttl=st.floats(0, 50, allow_nan=False),
+        scope=SCOPES,
+    )
+    def store(self, key: str, size: int, ttl: float, scope: Scope) -> None:
         before = {k: e for k, e in self.cache.items()}
         value = bytes([len(self.last) % 256]) * size
-        stored = self.cache.store(key, value, False, ttl)
+        stored = self.cache.store(key, value, False, ttl, scope=scope)
         if stored is None:
             assert ttl <= 0 or size > 1000
             return
@@ -47,6 +55,21 @@ class CacheMachine(RuleBasedStateMachine):
         if entry is not None:
             assert entry.expires_at > self.now
             assert entry.result == self.last[key]
+
+    @rule(server=st.sampled_from(["a", "b"]))
+    def purge(self, server: str) -> None:
+        self.cache.purge(self.cache.keys_for(server, everything=True))
+        assert all(e.scope is None or e.scope.server != server for e in self.cache.values())
+
+    @invariant()
+    def the_index_names_exactly_the_entries(self) -> None:
+        indexed = {
+            (key, scope)
+            for server in self.cache.servers()
+            for scope, keys in self.cache.scopes(server).items()
+            for key in keys
+        }
+        assert indexed == {(k, e.scope) for k, e in self.cache.items()}
 
     @invariant()
     def within_budgets(self) -> None:

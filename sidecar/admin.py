@@ -1,0 +1,155 @@
+"""Steering the cache from inside the pod: `POST /admin/purge` and `GET /admin/stats`.
+
+Served on the proxy's own loopback listener, behind the same Host/Origin guard, and
+only to loopback peers: whoever can reach these can already call the servers. Neither
+says anything about callers: stats count entries per server and tool, a purge removes
+a server's, a tool's or a resource's entries for every caller alike.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any, Final
+
+import orjson
+from starlette.responses import Response
+from starlette.types import Scope
+
+from .config import SidecarConfig
+from .errors import FORBIDDEN, UNKNOWN_SERVER, ProxyError
+from .headers import JSON, media_type
+from .incoming import Incoming
+from .invalidation import Invalidator
+from .messages import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
+from .metrics import Metrics
+from .origin import OriginPolicy
+from .store import ResponseCache
+
+PURGE_PATH: Final = "/admin/purge"
+STATS_PATH: Final = "/admin/stats"
+MAX_ADMIN_BODY: Final = 16 << 10
+_PURGE_FIELDS: Final = {"server", "tool", "uri"}
+
+
+def _loopback_peer(scope: Scope) -> bool:
+    client = scope.get("client")
+    if not client:
+        return False
+    try:
+        return ipaddress.ip_address(client[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _json(document: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(document), status, media_type="application/json")
+
+
+class Admin:
+    def __init__(
+        self,
+        config: Any,
+        cache: ResponseCache,
+        metrics: Metrics,
+        invalidator: Invalidator,
+        origin_policy: OriginPolicy,
+    ) -> None:
+        self._config = config
+        self.cache = cache
+        self.metrics = metrics
+        self.invalidator = invalidator
+        self.origin_policy = origin_policy
+
+    async def handle(self, scope: Scope, incoming: Incoming) -> Response:
+        try:
+            return await self._handle(scope, incoming)
+        except ProxyError as error:
+            return error.to_response()
+
+    async def _handle(self, scope: Scope, incoming: Incoming) -> Response:
+        if (problem := self.origin_policy.refusal(incoming.headers)) is not None:
+            raise ProxyError(403, FORBIDDEN, problem)
+        if not _loopback_peer(scope):
+            raise ProxyError(403, FORBIDDEN, "the admin endpoints serve loopback callers only")
+        path, method = scope["path"], incoming.method
+        if path == PURGE_PATH:
+            if method != "POST":
+                raise _not_allowed(method, "POST")
+            return await self._purge(incoming)
+        if path == STATS_PATH:
+            if method != "GET":
+                raise _not_allowed(method, "GET")
+            return _json(self.stats())
+        raise ProxyError(404, INVALID_REQUEST, f"no admin endpoint at {path}")
+
+    async def _purge(self, incoming: Incoming) -> Response:
+        # JSON only: a browser cannot send it cross-origin without a preflight.
+        if media_type(incoming.headers) != JSON:
+            raise ProxyError(415, INVALID_REQUEST, "Content-Type must be application/json")
+        config: SidecarConfig = self._config()
+        raw = await incoming.read_body(MAX_ADMIN_BODY)
+        try:
+            request = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise ProxyError(400, PARSE_ERROR, f"body is not valid JSON: {exc}") from exc
+        if not isinstance(request, dict) or set(request) - _PURGE_FIELDS:
+            raise ProxyError(
+                400, INVALID_PARAMS, 'expected {"server": ..., "tool"?: ..., "uri"?: ...}'
+            )
+        server, tool, uri = (request.get(k) for k in ("server", "tool", "uri"))
+        if not isinstance(server, str) or not server:
+            raise ProxyError(400, INVALID_PARAMS, '"server" must name a server')
+        for name, value in (("tool", tool), ("uri", uri)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ProxyError(400, INVALID_PARAMS, f'"{name}" must be a non-empty string')
+        if config.server(server) is None and server not in self.cache.servers():
+            raise ProxyError(404, UNKNOWN_SERVER, f"unknown MCP server {server!r}")
+        removed = self.invalidator.purge(server, tool, uri)
+        scope = {k: v for k, v in (("tool", tool), ("uri", uri)) if v is not None}
+        return _json({"server": server, **scope, "purged": removed})
+
+    def stats(self) -> dict[str, Any]:
+        """Entries and bytes per server and tool, requests per outcome since start."""
+        self.cache.expire()
+        outcomes = self.metrics.outcomes()
+        names = sorted({s.name for s in self._config().servers} | set(self.cache.servers()))
+        servers: dict[str, Any] = {}
+        for name in names:
+            tools: dict[str, dict[str, int]] = {}
+            resources = {"entries": 0, "bytes": 0}
+            lists = {"entries": 0, "bytes": 0}
+            for scope, keys in self.cache.scopes(name).items():
+                size = sum(entry.size for key in keys if (entry := self.cache.get(key)))
+                slot = resources if scope.uri is not None else lists
+                if scope.tool is not None:
+                    slot = tools.setdefault(scope.tool, {"entries": 0, "bytes": 0})
+                slot["entries"] += len(keys)
+                slot["bytes"] += size
+            counted = outcomes.get(name, {})
+            servers[name] = {
+                "entries": sum(t["entries"] for t in (*tools.values(), resources, lists)),
+                "bytes": sum(t["bytes"] for t in (*tools.values(), resources, lists)),
+                "hits": int(counted.get("hit", 0)),
+                "misses": int(counted.get("miss", 0)),
+                "tools": dict(sorted(tools.items())),
+                "resources": resources,
+                "lists": lists,
+            }
+        return {
+            "entries": len(self.cache),
+            "bytes": int(self.cache.currsize),
+            "maxEntries": self.cache.max_entries,
+            "maxBytes": self.cache.max_bytes,
+            "hits": sum(s["hits"] for s in servers.values()),
+            "misses": sum(s["misses"] for s in servers.values()),
+            "servers": servers,
+        }
+
+
+def _not_allowed(method: str, allowed: str) -> ProxyError:
+    return ProxyError(
+        405,
+        INVALID_REQUEST,
+        f"method {method} is not allowed here; use {allowed}",
+        headers={"allow": allowed},
+    )

@@ -5,31 +5,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import secrets
+import socket
 from collections.abc import Sequence
 
 import kopf
-from kubernetes import client, config
 from prometheus_client import start_http_server
 
 from mcpcache.sidecar.logs import configure_logging
 
-from .configmap import NAME_SELECTOR
+from .events import EventPoster
 from .handlers import INJECT_HANDLER_ID, build_registry
+from .health import HealthServer
+from .kubeapi import KubeAPI, load_configuration
+from .leader import LeaseElector, LeaseSettings
 from .metrics import OperatorMetrics
 from .reconcile import NamespaceReconciler
 from .settings import OperatorSettings
+from .watching import ClusterState, Watch, watches
 
 logger = logging.getLogger("mcpcache.operator")
-
-
-def _api_client() -> client.ApiClient:
-    """In a pod, the service account; elsewhere, $KUBECONFIG or ~/.kube/config."""
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return client.ApiClient()
-    except config.ConfigException:
-        api: client.ApiClient = config.new_client_from_config()  # type: ignore[no-untyped-call]
-        return api
 
 
 class _ExpectedRefusals(logging.Filter):
@@ -43,23 +39,18 @@ class _ExpectedRefusals(logging.Filter):
 def quiet_logs() -> None:
     # Every health probe and admission would write an access-log line at INFO.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # kopf logs "Handler ... succeeded." for every event it hands to a handler; the
+    # reconciler logs one line per pass over a namespace instead. Warnings stay.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     logging.getLogger("kopf.objects").addFilter(_ExpectedRefusals())
 
 
 def configure_kopf(settings: OperatorSettings, kopf_settings: kopf.OperatorSettings) -> None:
-    # Events go through kopf's own posting (kopf.warn); log lines never become events.
-    kopf_settings.posting.enabled = True
-    kopf_settings.posting.loggers = False
-    kopf_settings.posting.reporting_component = "mcpcache-operator"
-    kopf_settings.posting.event_name_prefix = "mcpcache-"
-    # The one ConfigMap name per namespace: listed and watched by name, which is all the
-    # RBAC the operator holds on ConfigMaps.
-    kopf_settings.watching.field_selectors["v1", "configmaps"] = NAME_SELECTOR
-    # Watching given namespaces, the operator holds Roles there and no cluster-wide right:
-    # it neither lists namespaces nor follows the CRD (a new CRD version needs a restart).
+    # kopf serves the webhook only (see `watching`): it watches nothing and posts no
+    # events. Watching given namespaces, the operator holds Roles there and no
+    # cluster-wide right, so kopf must not scan the cluster's CRDs either.
+    kopf_settings.posting.enabled = False
     kopf_settings.scanning.disabled = bool(settings.namespaces)
-    kopf_settings.watching.reconnect_backoff = 1.0
-    kopf_settings.watching.server_timeout = 300
     kopf_settings.networking.error_backoffs = [1, 2, 5, 10]
     if settings.webhook_cert and settings.webhook_key:
         kopf_settings.admission.server = kopf.WebhookServer(
@@ -73,14 +64,49 @@ def configure_kopf(settings: OperatorSettings, kopf_settings: kopf.OperatorSetti
     kopf_settings.admission.managed = None
 
 
+def _identity(settings: OperatorSettings) -> str:
+    if settings.identity:
+        return str(settings.identity)
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+async def _when_listed(watching: list[Watch], reconciler: NamespaceReconciler) -> None:
+    await asyncio.gather(*(w.listed.wait() for w in watching))
+    logger.info("listed", extra={"namespaces": len(list(reconciler.view.namespaces()))})
+    reconciler.all_listed()
+
+
 async def run(settings: OperatorSettings, stop: asyncio.Event | None = None) -> None:
     metrics = OperatorMetrics()
     start_http_server(settings.metrics_port, registry=metrics.registry)
-    api = _api_client()
-    reconciler = NamespaceReconciler(api, metrics)
-    registry = build_registry(reconciler, settings, metrics)
+    api = KubeAPI(load_configuration(), metrics)
+    events = EventPoster(api)
+    reconciler = NamespaceReconciler(api, metrics, warn=events.warn, inform=events.info)
+    state = ClusterState(reconciler.server_changed, reconciler.configmap_changed)
+    reconciler.view = state
+    registry = build_registry(settings, metrics)
     kopf_settings = kopf.OperatorSettings()
     configure_kopf(settings, kopf_settings)
+    lease = LeaseSettings(
+        namespace=settings.lease_namespace,
+        name=settings.lease_name,
+        identity=_identity(settings),
+        duration=settings.lease_duration,
+        renew_deadline=settings.lease_renew_deadline,
+        retry_period=settings.lease_retry_period,
+    )
+    elector = LeaseElector(api, lease, metrics, reconciler.start_leading, reconciler.stop_leading)
+    health = HealthServer(
+        settings.health_port, settings.webhook_port if settings.webhook_cert else None
+    )
+    await health.start()
+    # Created before kopf starts, so kopf's shutdown leaves it to us: the Lease is
+    # released after the last pass, which a standby then takes at once.
+    electing = asyncio.create_task(elector.run())
+    logger.info("lease candidate", extra={"identity": lease.identity, "lease": lease.name})
+    watching = watches(api, state, settings.namespaces)
+    background = [asyncio.create_task(w.run()) for w in watching]
+    background.append(asyncio.create_task(_when_listed(watching, reconciler)))
     try:
         await kopf.operator(
             registry=registry,
@@ -88,11 +114,18 @@ async def run(settings: OperatorSettings, stop: asyncio.Event | None = None) -> 
             standalone=True,
             clusterwide=not settings.namespaces,
             namespaces=settings.namespaces,
-            liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz",
             stop_flag=stop,
         )
     finally:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        reconciler.stop_leading()
         await reconciler.close()
+        electing.cancel()
+        await asyncio.gather(electing, return_exceptions=True)
+        await health.stop()
+        await api.close()
 
 
 def main(argv: Sequence[str] = ()) -> int:

@@ -1,4 +1,4 @@
-"""kopf registrations: the thin layer between watch events and the operator's logic."""
+"""kopf registrations: the injection webhook, a thin layer over `injection`."""
 
 from __future__ import annotations
 
@@ -7,12 +7,8 @@ from typing import Any
 
 import kopf
 
-from mcpcache.sidecar.config import RESOURCE_GROUP, RESOURCE_PLURAL, RESOURCE_VERSION
-
-from .configmap import CONFIGMAP_NAME
 from .injection import INJECT_LABEL, InjectionRefused, plan_injection, wants_sidecar
 from .metrics import OperatorMetrics
-from .reconcile import NamespaceReconciler
 from .settings import OperatorSettings
 
 INJECT_HANDLER_ID = "inject-sidecar"
@@ -20,26 +16,14 @@ INJECT_HANDLER_ID = "inject-sidecar"
 logger = logging.getLogger("mcpcache.operator")
 
 
-def build_registry(
-    reconciler: NamespaceReconciler, settings: OperatorSettings, metrics: OperatorMetrics
-) -> kopf.OperatorRegistry:
+def build_registry(settings: OperatorSettings, metrics: OperatorMetrics) -> kopf.OperatorRegistry:
+    """kopf serves the injection webhook; the operator watches and reconciles on its own
+    (see `watching` for why)."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         return kopf.login_via_client(**kwargs)
-
-    @kopf.on.event(RESOURCE_GROUP, RESOURCE_VERSION, RESOURCE_PLURAL, registry=registry)
-    async def mcpserver_event(namespace: str | None, **_: Any) -> None:
-        if namespace:
-            reconciler.request(namespace)
-
-    # Watched with a field selector on the name (see cli.configure_kopf), so the rights
-    # on this one name are enough. A hand edit (or deletion) is put back.
-    @kopf.on.event("v1", "configmaps", registry=registry)
-    async def configmap_event(namespace: str | None, name: str | None, **_: Any) -> None:
-        if namespace and name == CONFIGMAP_NAME:
-            reconciler.request(namespace)
 
     @kopf.on.mutate(
         "v1",

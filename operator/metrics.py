@@ -16,7 +16,30 @@ class OperatorMetrics:
         )
         self.reconcile_duration = Histogram(
             "mcpcache_operator_reconcile_duration_seconds",
-            "Time to reconcile one namespace.",
+            "Time one pass over a namespace takes: the work, from its state in memory to "
+            "the API's answers to its writes.",
+            registry=self.registry,
+        )
+        self.reconcile_queue = Histogram(
+            "mcpcache_operator_reconcile_queue_seconds",
+            "Time from a namespace's first change to the start of the pass that handles it.",
+            registry=self.registry,
+        )
+        self.pending = Gauge(
+            "mcpcache_operator_reconcile_pending",
+            "Namespaces waiting for a pass or in one (0: everything seen is reconciled).",
+            registry=self.registry,
+        )
+        self.api_requests = Counter(
+            "mcpcache_operator_api_requests",
+            "Requests the operator sent to the Kubernetes API itself (beside kopf's watches "
+            "and the events it posts), by HTTP method and resource.",
+            ["method", "resource"],
+            registry=self.registry,
+        )
+        self.leader = Gauge(
+            "mcpcache_operator_leader",
+            "1 while this replica holds the Lease and reconciles; 0 on a standby.",
             registry=self.registry,
         )
         self.servers = Gauge(
@@ -37,6 +60,14 @@ class OperatorMetrics:
             ["result"],
             registry=self.registry,
         )
+        for method, resource in (
+            ("POST", "configmaps"),
+            ("PUT", "configmaps"),
+            ("PATCH", "mcpservers"),
+            ("GET", "leases"),
+            ("PUT", "leases"),
+        ):
+            self.api_requests.labels(method, resource)
         for result in ("ok", "error"):
             self.reconciles.labels(result)
         for result in ("injected", "dry_run", "already_injected", "not_requested", "refused"):

@@ -1,11 +1,18 @@
-"""Level-triggered reconciliation of one namespace.
+"""Level-triggered reconciliation of one namespace, from the state kept in memory.
 
-Any change to an MCPServer, or to the managed ConfigMap, asks for its namespace to be
-reconciled. Reconciling reads every MCPServer there, writes the ConfigMap from all of
-them, and updates each one's status. It always starts from what the API server holds
-now, so a missed event, a hand edit or an operator restart is corrected by the next
-pass. One worker per namespace: passes never overlap, and requests that arrive during a
-pass are folded into one more pass.
+The watches (`watching`) keep a record of every MCPServer and managed ConfigMap
+(`observed`); a change asks for its namespace to be reconciled. A pass reads those
+records, not the API: it renders the namespace's ConfigMap from all its MCPServers,
+writes it only when it differs, and writes each status only when it differs. The
+operator's own writes come back as watch events; one that changes nothing a pass reads
+(its status, its ConfigMap as written) asks for no pass. Because a pass always compares
+with the latest state the watches delivered, a hand edit, a missed write or a restart is
+corrected by the next one.
+
+One worker per namespace: passes never overlap, and requests that arrive during a pass
+or within `batch_window` of the first are folded into one pass. Only the replica that
+holds the Lease runs passes (see `leader`), and only once every watch has listed; a
+standby keeps its records and passes over every namespace when it takes over.
 """
 
 from __future__ import annotations
@@ -13,12 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
-
-import kopf
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from mcpcache.sidecar.config import (
     RESOURCE_GROUP,
@@ -29,52 +33,154 @@ from mcpcache.sidecar.config import (
 )
 
 from .configmap import (
-    CONFIG_KEY,
     CONFIGMAP_NAME,
     MANAGED_BY,
-    configmap_body,
+    configmap_of,
+    digest,
     hand_edits,
     is_managed,
+    render_config,
 )
+from .kubeapi import MERGE_PATCH, ApiError, KubeAPI
 from .metrics import OperatorMetrics
+from .observed import ConfigMapRecord, ServerRecord
 from .resource import Effective, effective_server
 from .status import desired_status, same_status
 
-API_TIMEOUT = 30.0
-"""Seconds any one API call may take before it is retried by the next pass."""
-
 Warn = Callable[..., None]
-"""`kopf.warn`'s and `kopf.info`'s signature: (body, *, reason, message). Events are
-posted by kopf."""
+"""`kopf.warn`'s and `kopf.info`'s signature: (body, *, reason, message); see
+`events.EventPoster`."""
 
 logger = logging.getLogger("mcpcache.operator")
+
+
+class ClusterView(Protocol):
+    """The records the watches keep, by namespace (`watching.ClusterState`)."""
+
+    def servers(self, namespace: str) -> Iterable[ServerRecord]: ...
+    def configmap(self, namespace: str) -> ConfigMapRecord | None: ...
+    def namespaces(self) -> Iterable[str]: ...
+
+
+@dataclass
+class _Rendered:
+    key: tuple[Any, ...]
+    text: str
+    digest: str
+
+
+@dataclass
+class PassResult:
+    servers: int = 0
+    invalid: int = 0
+    clamped: int = 0
+    statuses: int = 0
+    configmap: str = "unchanged"
+
+    @property
+    def wrote(self) -> bool:
+        return bool(self.statuses) or self.configmap != "unchanged"
+
+
+class _Conflict(Exception):
+    """Someone wrote the ConfigMap since the watch said; the next event brings it."""
 
 
 class NamespaceReconciler:
     def __init__(
         self,
-        api: client.ApiClient,
+        api: KubeAPI,
         metrics: OperatorMetrics,
+        warn: Warn,
+        inform: Warn,
+        batch_window: float = 0.2,
         retry_delay: float = 1.0,
         max_retry_delay: float = 10.0,
-        warn: Warn = kopf.warn,
-        inform: Warn = kopf.info,
     ) -> None:
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+        self.api = api
         self.metrics = metrics
+        self.batch_window = batch_window
         self.retry_delay = retry_delay
         self.max_retry_delay = max_retry_delay
         self.warn = warn
         self.inform = inform
-        self._pending: set[str] = set()
+        self.view: ClusterView | None = None
+        self.leading = False
+        self.listed = False
+        """Every watch has listed once: the records are complete."""
+        self._pending: dict[str, float] = {}
+        """Namespaces to pass over, with when the first unhandled change arrived."""
         self._workers: dict[str, asyncio.Task[None]] = {}
+        self._seen: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._effective: dict[tuple[str, str], tuple[tuple[Any, ...], Effective]] = {}
+        self._rendered: dict[str, _Rendered] = {}
+        self._written: dict[str, ConfigMapRecord] = {}
+        """The ConfigMaps as this replica last wrote them, until the watch catches up."""
+        metrics.pending.set_function(lambda: len(self._pending.keys() | self._workers.keys()))
+
+    # -- what the watches report ------------------------------------------------------
+
+    def server_changed(self, namespace: str, record: ServerRecord, deleted: bool) -> None:
+        key = (namespace, record.name)
+        if deleted:
+            self._seen.pop(key, None)
+            self._effective.pop(key, None)
+            self.request(namespace)
+            return
+        previous, self._seen[key] = self._seen.get(key), record.inputs
+        if previous != record.inputs:
+            self.request(namespace)
+            return
+        effective = self._effective_of(namespace, record)
+        if not same_status(record.status, self._desired_status(record, effective)):
+            self.request(namespace)
+
+    def configmap_changed(self, namespace: str, record: ConfigMapRecord | None) -> None:
+        mine = self._written.get(namespace)
+        if mine is not None and (record is None or not mine.newer_than(record)):
+            self._written.pop(namespace)
+        rendered = self._rendered.get(namespace)
+        if record is None or rendered is None or not record.holds(rendered.text, rendered.digest):
+            self.request(namespace)
+
+    # -- scheduling -------------------------------------------------------------------
 
     def request(self, namespace: str) -> None:
-        """Ask for `namespace` to be reconciled soon (cheap; call on every event)."""
-        self._pending.add(namespace)
+        """Ask for `namespace` to be reconciled soon (cheap; called on every event)."""
+        self._pending.setdefault(namespace, time.monotonic())
+        if self.active:
+            self._start_worker(namespace)
+
+    @property
+    def active(self) -> bool:
+        return self.leading and self.listed
+
+    def _start_worker(self, namespace: str) -> None:
         if namespace not in self._workers:
-            self._workers[namespace] = asyncio.create_task(self._work(namespace))
+            self._workers[namespace] = asyncio.get_running_loop().create_task(self._work(namespace))
+
+    def _pass_everywhere(self) -> None:
+        if not self.active:
+            return
+        now = time.monotonic()
+        for namespace in self.view.namespaces() if self.view else ():
+            self._pending.setdefault(namespace, now)
+        for namespace in list(self._pending):
+            self._start_worker(namespace)
+
+    def start_leading(self) -> None:
+        """This replica took the Lease: pass over every namespace it knows of."""
+        self.leading = True
+        self._pass_everywhere()
+
+    def all_listed(self) -> None:
+        """Every watch has listed once: passes may start."""
+        self.listed = True
+        self._pass_everywhere()
+
+    def stop_leading(self) -> None:
+        """Passes under way finish; no new one starts."""
+        self.leading = False
 
     async def close(self) -> None:
         for task in self._workers.values():
@@ -84,94 +190,127 @@ class NamespaceReconciler:
     async def _work(self, namespace: str) -> None:
         delay = self.retry_delay
         try:
-            while namespace in self._pending:
-                self._pending.discard(namespace)
-                started = time.perf_counter()
+            await asyncio.sleep(self.batch_window)
+            while self.active and namespace in self._pending:
+                requested = self._pending.pop(namespace)
+                started = time.monotonic()
+                self.metrics.reconcile_queue.observe(started - requested)
                 try:
-                    await asyncio.to_thread(self.reconcile, namespace)
+                    result = await self.reconcile(namespace)
                 except Exception as exc:
                     self.metrics.reconciles.labels("error").inc()
-                    logger.warning(
+                    level = logging.DEBUG if isinstance(exc, _Conflict) else logging.WARNING
+                    logger.log(
+                        level,
                         "reconcile failed; retrying",
                         extra={"namespace": namespace, "error": str(exc), "retry_in": delay},
                     )
-                    self._pending.add(namespace)
+                    self._pending.setdefault(namespace, requested)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, self.max_retry_delay)
                     continue
                 delay = self.retry_delay
                 self.metrics.reconciles.labels("ok").inc()
-                self.metrics.reconcile_duration.observe(time.perf_counter() - started)
+                self.metrics.reconcile_duration.observe(time.monotonic() - started)
+                logger.log(
+                    logging.INFO if result.wrote else logging.DEBUG,
+                    "reconciled",
+                    extra={"namespace": namespace, **vars(result)},
+                )
         finally:
             self._workers.pop(namespace, None)
 
-    def reconcile(self, namespace: str) -> None:
-        listing: dict[str, Any] = self.custom.list_namespaced_custom_object(  # type: ignore[assignment]
-            RESOURCE_GROUP,
-            RESOURCE_VERSION,
-            namespace,
-            RESOURCE_PLURAL,
-            _request_timeout=API_TIMEOUT,
-        )
-        items = [i for i in listing["items"] if not i["metadata"].get("deletionTimestamp")]
-        plans = [
-            (
-                item,
-                effective_server(
-                    item["metadata"]["name"],
-                    item.get("spec") or {},
-                    item["metadata"].get("annotations"),
-                ),
-            )
-            for item in items
-        ]
-        servers = [e.server for _, e in plans if e.server is not None]
-        self._write_configmap(namespace, servers, create=bool(items))
-        for item, effective in plans:
-            self._write_status(namespace, item, effective)
-        self.metrics.servers.labels(namespace).set(len(servers))
-        self.metrics.clamped.labels(namespace).set(
-            sum(e.clamped_from is not None for _, e in plans)
-        )
-        logger.debug("reconciled", extra={"namespace": namespace, "servers": len(servers)})
+    # -- one pass ---------------------------------------------------------------------
 
-    def _write_configmap(self, namespace: str, servers: list[Server], create: bool) -> None:
-        desired = configmap_body(namespace, servers)
-        try:
-            current = self.core.read_namespaced_config_map(
-                CONFIGMAP_NAME, namespace, _request_timeout=API_TIMEOUT
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            if create:
-                self.core.create_namespaced_config_map(
-                    namespace, desired, _request_timeout=API_TIMEOUT
-                )
-                logger.info("configmap created", extra={"namespace": namespace})
-            return
-        metadata = current.metadata or client.V1ObjectMeta()
-        labels = metadata.labels or {}
-        if not create and not is_managed(labels):
-            return  # a ConfigMap of that name the operator never wrote, and no MCPServers
-        annotations = metadata.annotations or {}
-        wanted = desired["metadata"]
-        if (
-            current.data == desired["data"]
-            and is_managed(labels)
-            and all(annotations.get(k) == v for k, v in wanted["annotations"].items())
-        ):
-            return
-        edits = hand_edits(current.data, labels, annotations, desired["data"][CONFIG_KEY])
-        wanted["resourceVersion"] = metadata.resource_version
-        wanted["labels"] = {**labels, **MANAGED_BY}
-        wanted["annotations"] = {**annotations, **wanted["annotations"]}
-        replaced = self.core.replace_namespaced_config_map(
-            CONFIGMAP_NAME, namespace, desired, _request_timeout=API_TIMEOUT
+    async def reconcile(self, namespace: str) -> PassResult:
+        assert self.view is not None, "no records to reconcile from"
+        records = sorted(
+            (r for r in self.view.servers(namespace) if not r.deleting), key=lambda r: r.name
         )
+        plans = [(record, self._effective_of(namespace, record)) for record in records]
+        servers = [e.server for _, e in plans if e.server is not None]
+        result = PassResult(
+            servers=len(servers),
+            invalid=len(plans) - len(servers),
+            clamped=sum(e.clamped_from is not None for _, e in plans),
+        )
+        rendered = self._render(namespace, plans, servers)
+        result.configmap = await self._write_configmap(namespace, rendered, create=bool(plans))
+        written = await asyncio.gather(
+            *(self._write_status(namespace, record, effective) for record, effective in plans)
+        )
+        result.statuses = sum(written)
+        self.metrics.servers.labels(namespace).set(result.servers)
+        self.metrics.clamped.labels(namespace).set(result.clamped)
+        return result
+
+    def _effective_of(self, namespace: str, record: ServerRecord) -> Effective:
+        key = (namespace, record.name)
+        cached = self._effective.get(key)
+        if cached is not None and cached[0] == record.inputs:
+            return cached[1]
+        effective = effective_server(record.name, record.spec, record.annotations)
+        self._effective[key] = (record.inputs, effective)
+        return effective
+
+    def _render(
+        self,
+        namespace: str,
+        plans: list[tuple[ServerRecord, Effective]],
+        servers: list[Server],
+    ) -> _Rendered:
+        key = tuple(record.inputs for record, _ in plans)
+        rendered = self._rendered.get(namespace)
+        if rendered is None or rendered.key != key:
+            text = render_config(servers)
+            rendered = _Rendered(key, text, digest(text))
+            self._rendered[namespace] = rendered
+        return rendered
+
+    def _current_configmap(self, namespace: str) -> ConfigMapRecord | None:
+        assert self.view is not None
+        observed = self.view.configmap(namespace)
+        mine = self._written.get(namespace)
+        if mine is not None and (observed is None or mine.newer_than(observed)):
+            return mine
+        return observed
+
+    async def _write_configmap(self, namespace: str, rendered: _Rendered, create: bool) -> str:
+        current = self._current_configmap(namespace)
+        desired = configmap_of(namespace, rendered.text, rendered.digest)
+        path = f"/api/v1/namespaces/{namespace}/configmaps"
+        if current is None:
+            if not create:
+                return "unchanged"
+            try:
+                created = await self.api.request("POST", "configmaps", path, desired)
+            except ApiError as exc:
+                if exc.status == 409:
+                    raise _Conflict(str(exc)) from exc
+                raise
+            self._written[namespace] = ConfigMapRecord.from_body(created)
+            return "created"
+        if not create and not is_managed(current.labels):
+            # A ConfigMap of that name the operator never wrote, and no MCPServers.
+            return "unchanged"
+        if current.holds(rendered.text, rendered.digest):
+            return "unchanged"
+        edits = hand_edits(current.data, current.labels, current.annotations, rendered.text)
+        metadata = desired["metadata"]
+        metadata["resourceVersion"] = current.resource_version
+        metadata["labels"] = {**current.labels, **MANAGED_BY}
+        metadata["annotations"] = {**current.annotations, **metadata["annotations"]}
+        try:
+            replaced = await self.api.request(
+                "PUT", "configmaps", f"{path}/{CONFIGMAP_NAME}", desired
+            )
+        except ApiError as exc:
+            if exc.status in (404, 409):
+                raise _Conflict(str(exc)) from exc
+            raise
+        self._written[namespace] = ConfigMapRecord.from_body(replaced)
         if not edits:
-            logger.info("configmap updated", extra={"namespace": namespace})
-            return
+            return "updated"
         reverted = "; ".join(edits)
         logger.warning(
             "configmap edited by hand; put back",
@@ -180,11 +319,7 @@ class NamespaceReconciler:
         reference = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {
-                "name": CONFIGMAP_NAME,
-                "namespace": namespace,
-                "uid": (replaced.metadata or metadata).uid,
-            },
+            "metadata": {"name": CONFIGMAP_NAME, "namespace": namespace, "uid": current.uid},
         }
         self.warn(
             reference,
@@ -192,23 +327,30 @@ class NamespaceReconciler:
             message=f"{CONFIGMAP_NAME} is written by the mcpcache operator from the namespace's "
             f"MCPServers; reverted: {reverted}. Change the MCPServers instead.",
         )
+        return "reverted"
 
-    def _write_status(self, namespace: str, item: Mapping[str, Any], effective: Effective) -> None:
-        metadata = item["metadata"]
-        current = item.get("status") or {}
-        desired = desired_status(effective, metadata.get("generation", 0), current)
+    def _desired_status(self, record: ServerRecord, effective: Effective) -> dict[str, Any]:
+        status: dict[str, Any] = desired_status(effective, record.generation, record.status)
+        return status
+
+    async def _write_status(
+        self, namespace: str, record: ServerRecord, effective: Effective
+    ) -> bool:
+        current = record.status
+        desired = self._desired_status(record, effective)
         if same_status(current, desired):
-            return
-        self.custom.patch_namespaced_custom_object_status(
-            RESOURCE_GROUP,
-            RESOURCE_VERSION,
-            namespace,
-            RESOURCE_PLURAL,
-            metadata["name"],
-            {"status": desired},
-            _request_timeout=API_TIMEOUT,
+            return False
+        path = (
+            f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/namespaces/{namespace}/"
+            f"{RESOURCE_PLURAL}/{record.name}/status"
         )
-        generation = metadata.get("generation")
+        try:
+            await self.api.request("PATCH", "mcpservers", path, {"status": desired}, MERGE_PATCH)
+        except ApiError as exc:
+            if exc.status == 404:  # deleted since: its DELETED event asks for a pass
+                return False
+            raise
+        generation = record.generation
 
         def newly_true(kind: str) -> dict[str, Any] | None:
             """The condition `kind` when it is True now and was not for this generation."""
@@ -224,7 +366,7 @@ class NamespaceReconciler:
         body = {
             "apiVersion": f"{RESOURCE_GROUP}/{RESOURCE_VERSION}",
             "kind": RESOURCE_KIND,
-            "metadata": {**metadata, "namespace": namespace},
+            "metadata": {"name": record.name, "namespace": namespace, "uid": record.uid},
         }
         for kind in ("MaxSizeClamped", "RulesShadowed"):
             if (condition := newly_true(kind)) is not None:
@@ -239,3 +381,4 @@ class NamespaceReconciler:
                 message=f"purge {purge!r} written to the sidecar configuration of namespace "
                 f"{namespace}: sidecars drop this server's entries as they reload it",
             )
+        return True

@@ -47,6 +47,15 @@ class OperatorSettings(BaseModel):
     webhook_port: int = 9443
     webhook_cert: str | None = None
     webhook_key: str | None = None
+    lease_namespace: str = "default"
+    lease_name: str = "mcpcache-operator"
+    lease_duration: float = 15.0
+    lease_renew_deadline: float = 10.0
+    lease_retry_period: float = 2.0
+    """The Lease that decides which replica reconciles (see `leader`); the chart puts it
+    in the release's namespace."""
+    identity: str = ""
+    """This replica's name in the Lease (the pod's name); empty: host, pid and a nonce."""
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -66,6 +75,12 @@ class OperatorSettings(BaseModel):
             "MCPCACHE_WEBHOOK_PORT": "webhook_port",
             "MCPCACHE_WEBHOOK_CERT": "webhook_cert",
             "MCPCACHE_WEBHOOK_KEY": "webhook_key",
+            "MCPCACHE_LEASE_NAMESPACE": "lease_namespace",
+            "MCPCACHE_LEASE_NAME": "lease_name",
+            "MCPCACHE_LEASE_DURATION": "lease_duration",
+            "MCPCACHE_LEASE_RENEW_DEADLINE": "lease_renew_deadline",
+            "MCPCACHE_LEASE_RETRY_PERIOD": "lease_retry_period",
+            "MCPCACHE_POD_NAME": "identity",
         }
         for variable, field in simple.items():
             if variable in env and env[variable] != "":

@@ -37,7 +37,6 @@ from .errors import (
     UPSTREAM_UNAVAILABLE,
     ProxyError,
 )
-from .flights import SessionFlights, Ticket
 from .headers import forward_headers, response_headers
 from .hit import HitResponse
 from .incoming import Incoming
@@ -47,6 +46,7 @@ from .metrics import Metrics
 from .notices import Notice
 from .origin import OriginPolicy
 from .relay import Call, Relay
+from .session_ids import SessionRequestIds, Ticket
 from .shared import SharedTier
 from .store import Entry, ResponseCache
 from .upstream import UpstreamClient, UpstreamFailure, UpstreamResponse
@@ -90,7 +90,7 @@ class Proxy:
         self.via_token = f"mcpcache-{secrets.token_hex(8)}"
         """This sidecar's name in `Via`: a request that already carries it has looped."""
         self.via = f"1.1 {self.via_token}"
-        self.flights = SessionFlights()
+        self.session_ids = SessionRequestIds()
         self.coalescer = Coalescer()
 
     async def aclose(self) -> None:
@@ -364,7 +364,7 @@ class Proxy:
         the leader (while it is there), settle the followers' answer, store if allowed.
 
         Inside a legacy session the call holds a ticket for its id until its answer has
-        passed (see `flights`); an answer given while another request used the same id
+        passed (see `session_ids`); an answer given while another request used the same id
         is neither stored nor shared."""
         server, message, incoming = request.server, request.message, request.incoming
         epoch = self.invalidator.epoch(server.name)
@@ -372,14 +372,14 @@ class Proxy:
         ticket = None
         session = incoming.headers.get(policy.SESSION_HEADER)
         if session is not None:
-            ticket = self.flights.begin(policy.session_scope(server, session), message.id)
+            ticket = self.session_ids.begin(policy.session_scope(server, session), message.id)
         try:
             response = await self.client.open(
                 "POST", server.url, headers, request.raw, server.timeout, server.timeout
             )
         except BaseException as exc:
             if ticket is not None:
-                self.flights.end(ticket)
+                self.session_ids.end(ticket)
             if not isinstance(exc, UpstreamFailure):
                 raise
             self._upstream_failed(call, exc)
@@ -467,7 +467,7 @@ class Proxy:
     def _ender(self, ticket: Ticket | None) -> Callable[[], None] | None:
         if ticket is None:
             return None
-        return lambda: self.flights.end(ticket)
+        return lambda: self.session_ids.end(ticket)
 
     async def _open(
         self, incoming: Incoming, server: Server, message: Message | None, raw: bytes | None
@@ -475,16 +475,16 @@ class Proxy:
         """Send the request upstream; upstream failures become 502/504 errors.
 
         A request inside a legacy session holds a ticket for its id until its answer
-        has passed (see `flights`)."""
+        has passed (see `session_ids`)."""
         ticket = None
         session = incoming.headers.get(policy.SESSION_HEADER)
         if session is not None and message is not None and message.is_request:
-            ticket = self.flights.begin(policy.session_scope(server, session), message.id)
+            ticket = self.session_ids.begin(policy.session_scope(server, session), message.id)
         try:
             call, response = await self._send(incoming, server, message, raw)
         except BaseException:
             if ticket is not None:
-                self.flights.end(ticket)
+                self.session_ids.end(ticket)
             raise
         return call, response, ticket
 

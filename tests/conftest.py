@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -149,20 +150,35 @@ def webhook_ca() -> Authority:
     return Authority.create("mcpcache-webhook-ca")
 
 
+@dataclass
+class OperatorInstall:
+    """What the chart installs for the operator: its account's kubeconfig, and the
+    webhook (configuration, Service, certificate) whose endpoint a test may move."""
+
+    kubeconfig: Path
+    webhook: ChartWebhook
+
+
 @pytest.fixture(scope="session")
-def operator(control_plane: ControlPlane, crd: None) -> Iterator[OperatorProcess]:
-    """The operator, running as its service account with only the chart's RBAC, serving
-    the certificate the chart generated, behind the chart's own webhook configuration
-    (reached through its Service)."""
+def operator_install(control_plane: ControlPlane, crd: None) -> Iterator[OperatorInstall]:
     core = client.CoreV1Api(control_plane.api_client())
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=OPERATOR_NAMESPACE)))
     kubeconfig = install_operator_rbac(control_plane, CHART, OPERATOR_NAMESPACE)
     webhook = ChartWebhook(control_plane, CHART, OPERATOR_NAMESPACE)
-    process = OperatorProcess(kubeconfig, webhook.certificate).start()
-    webhook.install(process.webhook_port)
+    yield OperatorInstall(kubeconfig, webhook)
+    admission = client.AdmissionregistrationV1Api(control_plane.api_client())
+    admission.delete_mutating_webhook_configuration(webhook.name, _request_timeout=30)
+
+
+@pytest.fixture(scope="session")
+def operator(operator_install: OperatorInstall) -> Iterator[OperatorProcess]:
+    """The operator, running as its service account with only the chart's RBAC, serving
+    the certificate the chart generated, behind the chart's own webhook configuration
+    (reached through its Service)."""
+    process = OperatorProcess(operator_install.kubeconfig, operator_install.webhook.certificate)
+    process.start()
+    operator_install.webhook.install(process.webhook_port)
     try:
         yield process
     finally:
-        admission = client.AdmissionregistrationV1Api(control_plane.api_client())
-        admission.delete_mutating_webhook_configuration(webhook.name, _request_timeout=30)
         process.stop()

@@ -67,6 +67,11 @@ def coredns(control_plane) -> None:
         ("patch", "mcpservers.mcpcache.io", ("-n", "agents"), False),
         ("patch", "mcpservers.mcpcache.io", ("--subresource=status", "-n", "agents"), True),
         ("create", "events", ("-n", "agents"), True),
+        ("get", "leases/mcpcache-operator", ("-n", OPERATOR_NAMESPACE), True),
+        ("update", "leases/mcpcache-operator", ("-n", OPERATOR_NAMESPACE), True),
+        ("update", "leases/other", ("-n", OPERATOR_NAMESPACE), False),
+        ("get", "leases/mcpcache-operator", ("-n", "agents"), False),
+        ("delete", "leases/mcpcache-operator", ("-n", OPERATOR_NAMESPACE), False),
         ("update", "mutatingwebhookconfigurations", (), False),
         ("list", "namespaces", (), False),
     ],
@@ -115,6 +120,20 @@ def test_the_operators_token_cannot_touch_other_configmaps(
     assert left.stdout.strip() == ""
 
 
+def test_the_operators_token_may_create_only_its_own_lease(control_plane, operator) -> None:
+    for name, namespace in (("other", OPERATOR_NAMESPACE), ("mcpcache-operator", "default")):
+        manifest = control_plane.dir / f"lease-{name}-{namespace}.yaml"
+        lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease"}
+        manifest.write_text(
+            yaml.safe_dump({**lease, "metadata": {"name": name, "namespace": namespace}})
+        )
+        result = control_plane.run_kubectl(
+            "create", "-f", str(manifest), kubeconfig=operator.kubeconfig, check=False
+        )
+        assert result.returncode != 0
+        assert "forbidden" in result.stderr.lower(), result.stderr
+
+
 @pytest.fixture
 def scoped_operator(
     control_plane, crd, webhook_ca
@@ -132,7 +151,8 @@ def scoped_operator(
         release="scoped",
         may_create_in=watched,
     )
-    process = OperatorProcess(kubeconfig, webhook_ca, namespaces=(watched,)).start()
+    lease = (home, f"{service_account('scoped')}")
+    process = OperatorProcess(kubeconfig, webhook_ca, namespaces=(watched,), lease=lease).start()
     try:
         yield process, f"system:serviceaccount:{home}:{service_account('scoped')}", watched, other
     finally:

@@ -107,6 +107,9 @@ def test_every_rendered_manifest_validates_against_the_kubernetes_schemas(
         "MutatingWebhookConfiguration",
         "Service",
         "ServiceAccount",
+        "Role",  # the operator's Lease
+        "RoleBinding",
+        "PodDisruptionBudget",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     ]
@@ -119,18 +122,31 @@ def test_every_rendered_manifest_validates_against_the_kubernetes_schemas(
     assert kinds == sorted(common + extra)
 
 
-def test_the_operator_deployment_is_hardened_and_single(control_plane) -> None:
-    deployment = by_kind(render(control_plane), "Deployment")
+def test_the_operator_deployment_is_hardened_and_replicated(control_plane) -> None:
+    documents = render(control_plane)
+    deployment = by_kind(documents, "Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+    budget = by_kind(documents, "PodDisruptionBudget")["spec"]
+    assert budget["maxUnavailable"] == 1
+    assert budget["selector"] == spec["selector"]
     pod = spec["template"]["spec"]
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert pod["securityContext"]["runAsNonRoot"] is True
     (container,) = pod["containers"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert container["readinessProbe"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env["MCPCACHE_POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["MCPCACHE_LEASE_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["MCPCACHE_LEASE_NAME"] == "mcpcache-operator"
     assert container["resources"]["requests"]
     assert container["image"] == "ghcr.io/mcpcache/mcpcache:0.1.0"
     assert not any("SHARED_CACHE" in e["name"] for e in container["env"])  # off by default
@@ -140,7 +156,7 @@ def test_values_reach_the_operator_and_the_sidecar(control_plane, values_file) -
     documents = render(control_plane, "-f", str(values_file))
     pod = by_kind(documents, "Deployment")["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert container["image"] == "registry.example/mcpcache:9.9.9"
     assert env["MCPCACHE_SIDECAR_IMAGE"] == "registry.example/mcpcache:9.9.9-slim"
     assert env["MCPCACHE_SIDECAR_LOG_LEVEL"] == "WARNING"
@@ -195,10 +211,25 @@ def test_configmap_rights_are_by_name_and_namespaced_when_namespaces_are_watched
     assert create == {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}
 
     scoped = render(control_plane, "-f", str(values_file), "--show-only", "templates/rbac.yaml")
-    assert sorted(d["kind"] for d in scoped) == ["Role", "Role", "RoleBinding", "RoleBinding"]
-    roles = [d for d in scoped if d["kind"] == "Role"]
+    assert sorted(d["kind"] for d in scoped) == ["Role"] * 3 + ["RoleBinding"] * 3
+    roles = [d for d in scoped if d["kind"] == "Role" and rules_for(d, "configmaps")]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["agents", "tools"]
     assert rules_for(roles[0], "configmaps")[0]["resourceNames"] == ["mcpcache-servers"]
+
+
+def test_the_lease_rights_are_one_lease_in_the_release_namespace(control_plane) -> None:
+    documents = render(control_plane, "--show-only", "templates/rbac.yaml")
+    (role,) = [d for d in documents if d["kind"] == "Role"]
+    assert role["metadata"]["namespace"] == "mcpcache-system"
+    by_name, create = rules_for(role, "leases")
+    assert by_name["resourceNames"] == ["mcpcache-operator"]
+    assert sorted(by_name["verbs"]) == ["get", "update"]
+    assert create["verbs"] == ["create"]  # limited to that name by the admission policy
+
+
+def test_one_replica_renders_no_disruption_budget(control_plane) -> None:
+    documents = render(control_plane, "--set", "operator.replicas=1")
+    assert "PodDisruptionBudget" not in {d["kind"] for d in documents}
 
 
 def certificates(pem: bytes) -> list[x509.Certificate]:

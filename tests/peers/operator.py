@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +24,10 @@ from .controlplane import Authority, ControlPlane
 from .serving import end_process_group, free_port, wait_until
 
 SIDECAR_IMAGE = "example.test/mcpcache:under-test"
+RELEASE = "mcpcache"
+OPERATOR_NAMESPACE = "mcpcache-system"
+LEASE_DURATION = 4.0
+"""Seconds; shorter than the chart's 15 so that a takeover test takes seconds."""
 
 
 class OperatorProcess:
@@ -31,11 +36,16 @@ class OperatorProcess:
         kubeconfig: Path,
         webhook_tls: Authority | tuple[bytes, bytes],
         namespaces: tuple[str, ...] = (),
+        lease: tuple[str, str] = (OPERATOR_NAMESPACE, f"{RELEASE}-operator"),
+        log_level: str = "DEBUG",
     ) -> None:
         """`webhook_tls` is a CA to issue a serving certificate for 127.0.0.1, or a
-        certificate and key (PEM) to serve as they are."""
+        certificate and key (PEM) to serve as they are. `lease` is the (namespace, name)
+        of the Lease its replicas share (see the chart's `mcpcache.leaseName`)."""
         self.kubeconfig = kubeconfig
         self.namespaces = namespaces
+        self.lease = lease
+        self.log_level = log_level
         self.dir = Path(tempfile.mkdtemp(prefix="mcpcache-operator-"))
         self.metrics_port = free_port()
         self.health_port = free_port()
@@ -61,10 +71,16 @@ class OperatorProcess:
             "MCPCACHE_WEBHOOK_KEY": str(self.key_file),
             "MCPCACHE_SIDECAR_IMAGE": SIDECAR_IMAGE,
             "MCPCACHE_NAMESPACES": ",".join(self.namespaces),
+            "MCPCACHE_LEASE_NAMESPACE": self.lease[0],
+            "MCPCACHE_LEASE_NAME": self.lease[1],
+            "MCPCACHE_LEASE_DURATION": str(LEASE_DURATION),
+            "MCPCACHE_LEASE_RENEW_DEADLINE": str(LEASE_DURATION * 0.75),
+            "MCPCACHE_LEASE_RETRY_PERIOD": "0.5",
         }
-        log = self.log_path.open("wb")
+        log = self.log_path.open("ab")
+        cli = [sys.executable, "-m", "mcpcache.sidecar.cli", "operator"]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mcpcache.sidecar.cli", "operator", "--log-level", "DEBUG"],
+            [*cli, "--log-level", self.log_level],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -106,14 +122,32 @@ class OperatorProcess:
                     return float(sample.value)
         return None
 
-    def stop(self) -> None:
+    def ready(self) -> bool:
+        """Whether its readiness probe (the chart's) passes: the webhook answers."""
+        try:
+            url = f"http://127.0.0.1:{self.health_port}/readyz"
+            return httpx.get(url, timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def leading(self) -> bool:
+        """Whether it holds the Lease (its `mcpcache_operator_leader` gauge)."""
+        return self.sample("mcpcache_operator_leader") == 1
+
+    def kill(self) -> None:
+        """SIGKILL: no handover, as when its node dies."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def terminate(self) -> None:
+        """SIGTERM, as in a rollout; it can be started again."""
         if self.process is not None:
             end_process_group(self.process, grace=20)
+
+    def stop(self) -> None:
+        self.terminate()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-RELEASE = "mcpcache"
-OPERATOR_NAMESPACE = "mcpcache-system"
 
 
 def service_account(release: str) -> str:

@@ -365,7 +365,7 @@ async def test_answers_to_a_reused_id_in_one_session_are_never_stored(
     for response in await asyncio.wait_for(pending, 10):
         assert response.headers["cache-status"] == "mcpcache; fwd=miss; detail=id-reused"
     assert len(sidecar_on_echo.sidecar.cache) == 0
-    assert len(sidecar_on_echo.sidecar.proxy.flights) == 0
+    assert len(sidecar_on_echo.sidecar.proxy.session_ids) == 0
 
 
 async def test_an_answer_a_hit_could_not_repeat_exactly_is_not_stored(sidecar_on_echo) -> None:

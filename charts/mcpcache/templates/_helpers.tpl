@@ -45,3 +45,8 @@ app.kubernetes.io/component: operator
 {{- define "mcpcache.webhookService" -}}
 {{- printf "%s-webhook" (include "mcpcache.fullname" .) -}}
 {{- end -}}
+
+{{- /* The Lease the operator's replicas elect their reconciler with, in the release's namespace. */ -}}
+{{- define "mcpcache.leaseName" -}}
+{{- printf "%s-operator" (include "mcpcache.fullname" .) -}}
+{{- end -}}

@@ -21,7 +21,7 @@ class Ticket:
         self.reused = False
 
 
-class SessionFlights:
+class SessionRequestIds:
     def __init__(self) -> None:
         self._open: dict[tuple[str, str], list[Ticket]] = {}
 

@@ -1,0 +1,96 @@
+"""What the operator keeps in memory of the objects it watches. Pure.
+
+kopf's indexes hold one record per MCPServer and per managed ConfigMap, built from each
+watch event, so a reconcile pass reads memory instead of listing the namespace. Records
+hold plain copies of the few fields a pass reads, never the event's body: at ten
+thousand objects the bodies (managed fields and all) would be most of the process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .configmap import CONFIG_KEY, DIGEST_ANNOTATION, is_managed
+
+OURS = "mcpcache.io/"
+
+
+def plain(value: Any) -> Any:
+    """A deep copy made of dicts and lists (kopf hands out views over its raw bodies)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ServerRecord:
+    name: str
+    uid: str
+    generation: int
+    deleting: bool
+    spec: Mapping[str, Any]
+    status: Mapping[str, Any]
+    annotations: Mapping[str, str]
+    """Ours only (`mcpcache.io/…`): others, such as kubectl's last-applied copy of the
+    whole object, would double what each record holds."""
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> ServerRecord:
+        metadata = body.get("metadata") or {}
+        annotations = metadata.get("annotations") or {}
+        return cls(
+            name=str(metadata.get("name")),
+            uid=str(metadata.get("uid")),
+            generation=int(metadata.get("generation") or 0),
+            deleting=bool(metadata.get("deletionTimestamp")),
+            spec=plain(body.get("spec") or {}),
+            status=plain(body.get("status") or {}),
+            annotations={str(k): str(v) for k, v in annotations.items() if str(k).startswith(OURS)},
+        )
+
+    @property
+    def inputs(self) -> tuple[Any, ...]:
+        """What a pass reads from the object besides its status: an event that changes
+        none of it (the operator's own status write coming back) needs no pass. The
+        annotations count: a purge changes no generation."""
+        return (self.uid, self.generation, self.deleting, tuple(sorted(self.annotations.items())))
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigMapRecord:
+    uid: str
+    resource_version: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    data: Mapping[str, str]
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> ConfigMapRecord:
+        metadata = body.get("metadata") or {}
+        return cls(
+            uid=str(metadata.get("uid")),
+            resource_version=str(metadata.get("resourceVersion")),
+            labels=plain(metadata.get("labels") or {}),
+            annotations=plain(metadata.get("annotations") or {}),
+            data=plain(body.get("data") or {}),
+        )
+
+    def holds(self, text: str, digest: str) -> bool:
+        """Whether it is exactly what the operator writes for `text`."""
+        return (
+            self.data == {CONFIG_KEY: text}
+            and is_managed(self.labels)
+            and self.annotations.get(DIGEST_ANNOTATION) == digest
+        )
+
+    def newer_than(self, other: ConfigMapRecord) -> bool:
+        """By resourceVersion, which etcd-backed API servers issue as growing integers;
+        when one is not, the watch's copy (`other`) is taken as the newer."""
+        try:
+            return int(self.resource_version) > int(other.resource_version)
+        except ValueError:
+            return False

@@ -220,6 +220,8 @@ def test_kubectl_get_mcps_shows_the_effective_values_of_a_clamped_server(
     def rows() -> dict[str, dict[str, str]] | None:
         out = control_plane.run_kubectl("get", "mcps", "-n", namespace).stdout
         header, *lines = [re.split(r"\s{2,}", line.strip()) for line in out.splitlines()]
+        if any(len(line) != len(header) for line in lines):
+            return None  # a column still empty: the status is not written yet
         table = {line[0]: dict(zip(header, line, strict=True)) for line in lines}
         ready = all(row.get("READY") == "True" for row in table.values())
         return table if len(table) == 2 and ready else None

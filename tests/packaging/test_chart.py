@@ -419,7 +419,18 @@ def test_the_operators_cluster_role_grants_exactly_what_the_readme_lists(control
         if d["kind"] == "ClusterRole" and d["metadata"]["name"] == binding["roleRef"]["name"]
     )
     assert rights(role) == README_RIGHTS
-    assert not [d for d in documents if d["kind"] in ("Role", "RoleBinding")]
+    # get and update its Lease in the release namespace, and create it: nothing more.
+    (lease_role,) = [d for d in documents if d["kind"] == "Role"]
+    assert lease_role["metadata"]["namespace"] == "mcpcache-system"
+    (lease,) = {name for _, _, name, _ in rights(lease_role) if name}
+    assert rights(lease_role) == {
+        ("coordination.k8s.io", "leases", lease, "get"),
+        ("coordination.k8s.io", "leases", lease, "update"),
+        ("coordination.k8s.io", "leases", "", "create"),
+    }
+    (lease_binding,) = [d for d in documents if d["kind"] == "RoleBinding"]
+    assert lease_binding["roleRef"]["name"] == lease_role["metadata"]["name"]
+    assert lease_binding["subjects"] == binding["subjects"]
 
 
 def test_the_webhook_fails_open_and_skips_system_and_release_namespaces(control_plane) -> None:

@@ -369,10 +369,7 @@ class Proxy:
         server, message, incoming = request.server, request.message, request.incoming
         epoch = self.invalidator.epoch(server.name)
         call = Call(server.name, request.method, message.id, time.perf_counter())
-        ticket = None
-        session = incoming.headers.get(policy.SESSION_HEADER)
-        if session is not None:
-            ticket = self.session_ids.begin(policy.session_scope(server, session), message.id)
+        ticket = self._ticket(incoming, server, message.id)
         try:
             response = await self.client.open(
                 "POST", server.url, headers, request.raw, server.timeout, server.timeout
@@ -469,6 +466,13 @@ class Proxy:
             return None
         return lambda: self.session_ids.end(ticket)
 
+    def _ticket(self, incoming: Incoming, server: Server, request_id: Any) -> Ticket | None:
+        """A ticket for this request's id in its legacy session; None outside one."""
+        session = incoming.headers.get(policy.SESSION_HEADER)
+        if session is None:
+            return None
+        return self.session_ids.begin(policy.session_scope(server, session), request_id)
+
     async def _open(
         self, incoming: Incoming, server: Server, message: Message | None, raw: bytes | None
     ) -> tuple[Call, UpstreamResponse, Ticket | None]:
@@ -477,9 +481,8 @@ class Proxy:
         A request inside a legacy session holds a ticket for its id until its answer
         has passed (see `session_ids`)."""
         ticket = None
-        session = incoming.headers.get(policy.SESSION_HEADER)
-        if session is not None and message is not None and message.is_request:
-            ticket = self.session_ids.begin(policy.session_scope(server, session), message.id)
+        if message is not None and message.is_request:
+            ticket = self._ticket(incoming, server, message.id)
         try:
             call, response = await self._send(incoming, server, message, raw)
         except BaseException:

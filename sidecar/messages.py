@@ -227,8 +227,25 @@ def encode_result(result: Mapping[str, Any]) -> tuple[bytes, int]:
     return head + orjson.dumps(result["ttlMs"]) + b"}", len(head)
 
 
-_LONG_NUMBER: Final = re.compile(rb"\d[\d.]{15,}")
-"""Sixteen or more digits (a dot allowed among them): a number a double may not hold."""
+def _number_shapes() -> bytes:
+    table = bytearray(range(256))
+    for char in b"0123456789.":
+        table[char] = ord("0")
+    table[ord("E")] = ord("e")
+    table[ord("+")] = ord("-")
+    return bytes(table)
+
+
+_NUMBER_SHAPES: Final = _number_shapes()
+"""A translation that makes every digit and dot `0`, every exponent mark `e` and every
+sign `-`, so that the shapes of numbers a double may not hold are plain substrings."""
+_LONG_RUN: Final = re.compile(b"0" * 16)
+"""Sixteen digits or dots in a row: more significant digits than a double keeps."""
+_LONG_EXPONENT: Final = re.compile(rb"e-?000")
+"""A three-digit exponent: past a double's range (`1e400`) or below it (`1e-400`).
+
+Both are searched in the translated bytes as patterns that begin with a literal, which
+the regular-expression engine finds many times faster than a character class."""
 _INT64_MIN, _UINT64_END = -(1 << 63), 1 << 64
 
 
@@ -236,11 +253,13 @@ def has_inexact_number(raw: bytes) -> bool:
     """Whether the body holds a number the parsed message does not keep exactly.
 
     Parsed numbers are doubles and 64-bit integers: `0.10000000000000000555` reads as
-    `0.1` and `18446744073709551617` as a double, so two different requests would look
-    the same. Such requests are never looked up. The exact re-read with `Decimal` only
-    runs when a long run of digits is present at all.
+    `0.1`, `18446744073709551617` as a double and `1e-400` as `0.0`, so two different
+    requests would look the same. Such requests are never looked up. The exact re-read
+    with `Decimal` only runs when a long run of digits or a long exponent is present at
+    all; looking for them is a byte translation and two searches.
     """
-    if _LONG_NUMBER.search(raw) is None:
+    shapes = raw.translate(_NUMBER_SHAPES)
+    if _LONG_RUN.search(shapes) is None and _LONG_EXPONENT.search(shapes) is None:
         return False
     inexact = False
 

@@ -91,6 +91,7 @@ class Metrics:
         for result in ("applied", "rejected"):
             self.config_reloads.labels(result)
         self._request_children: dict[tuple[str, str, str], Any] = {}
+        self._latency_children: dict[tuple[str, str], Any] = {}
 
     def count(self, server: str, method: str, outcome: str) -> None:
         """Count one request; the labelled child is looked up once per combination."""
@@ -99,6 +100,14 @@ class Metrics:
         if child is None:
             child = self._request_children[key] = self.requests.labels(*key)
         child.inc()
+
+    def observe_upstream(self, server: str, method: str, seconds: float) -> None:
+        """One upstream call's duration; the labelled child is looked up once per pair."""
+        key = (server, method)
+        child = self._latency_children.get(key)
+        if child is None:
+            child = self._latency_children[key] = self.upstream_latency.labels(*key)
+        child.observe(seconds)
 
     def record_eviction(self, reason: EvictionReason) -> None:
         self.evictions.labels(reason).inc()

@@ -405,7 +405,9 @@ class Proxy:
                 server, verdict, response.header_map, message.method, request.lookup.ttl
             )
             verdict = self._store(request, verdict, event_stream, ttl)
-            flight.settle(_outcome(status, capture, verdict))
+            # Settled, the flight takes no new followers: with none waiting, nobody
+            # reads their share, so it is not built.
+            flight.settle(_outcome(status, capture, verdict) if flight.followers else ALONE)
             return verdict
 
         learns = policy.learns_tools(server, message)

@@ -169,7 +169,7 @@ class Relay:
     def _report(self, error: BaseException | None) -> None:
         call = self.call
         elapsed = time.perf_counter() - call.started
-        self.metrics.upstream_latency.labels(call.server, call.method).observe(elapsed)
+        self.metrics.observe_upstream(call.server, call.method, elapsed)
         if isinstance(error, UpstreamFailure):
             end = "broken"
             self.metrics.upstream_errors.labels(call.server, "broken").inc()
@@ -177,6 +177,8 @@ class Relay:
             end = "client_gone"
         else:
             end = "ok"
+        if not logger.isEnabledFor(logging.INFO):
+            return
         verdict = self.verdict
         logger.info(
             "upstream call",

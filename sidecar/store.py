@@ -150,14 +150,20 @@ class ResponseCache(cachetools.Cache[str, Entry]):
             return None
         now = self.timer()
         stored_at = now - max(0.0, age)
-        self[key] = Entry(
-            result, event_stream, stored_at, now + ttl, session, keep_stale, ttl_at, scope=scope
+        seq = next(self._seq)
+        entry = Entry(
+            result, event_stream, stored_at, now + ttl, session, keep_stale, ttl_at, seq, scope
         )
+        self._put(key, entry)
         return self.get(key)
 
     def __setitem__(self, key: str, entry: Entry) -> None:
         """Insert or replace, evicting nearest-to-expiry entries until both budgets hold."""
-        entry = replace(entry, seq=next(self._seq))  # each stored entry is told apart in the heap
+        self._put(key, replace(entry, seq=next(self._seq)))
+
+    def _put(self, key: str, entry: Entry) -> None:
+        """`__setitem__` for an entry whose `seq` is already fresh: each stored entry is
+        told apart in the expiry heap by it."""
         old = self.get(key)
         if old is None:
             while len(self) >= self.max_entries:

@@ -35,6 +35,12 @@ def _parsed_url(url: str) -> URL:
     return URL(url)
 
 
+@functools.lru_cache(maxsize=64)
+def _timeout(connect: float, read: float | None) -> aiohttp.ClientTimeout:
+    """Servers' timeouts are few too: one (immutable) timeout object for each."""
+    return aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
+
+
 class UpstreamResponse:
     """An upstream answer whose headers have arrived; the body is read as it comes."""
 
@@ -102,9 +108,7 @@ class UpstreamClient:
         `read_timeout` bounds each wait for bytes (None: no bound, for the server's
         long-lived GET stream)."""
         session = self._session or self._open_session()
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=connect_timeout, sock_read=read_timeout
-        )
+        timeout = _timeout(connect_timeout, read_timeout)
         try:
             response = await session.request(
                 method,

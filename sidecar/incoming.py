@@ -3,6 +3,8 @@ and its JSON-RPC message checked before anything is looked up."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Final
 
 from starlette.types import Message as ASGIMessage
@@ -31,6 +33,33 @@ is refused before it is parsed (a small one costs little either way, and gets th
 parser's own error)."""
 
 
+DecodedHeaders = tuple[tuple[tuple[str, str], ...], Mapping[str, str], int]
+"""A request's headers as sent (decoded), by lower-case name, and their size in bytes."""
+
+MEMO_HEADERS: Final = 256
+"""Header sets remembered decoded; a client sends the same headers call after call."""
+MEMO_HEADER_BYTES: Final = 4 << 10
+"""Only header sets up to this size are remembered (the memo stays under a megabyte)."""
+_decoded: dict[tuple[tuple[bytes, bytes], ...], DecodedHeaders] = {}
+
+
+def _decode(scope_headers: Iterable[tuple[bytes, bytes]]) -> DecodedHeaders:
+    """The request's headers, decoded; the same bytes always give the same (immutable)
+    result, so a header set seen before is taken from the memo."""
+    exact = tuple(scope_headers)
+    found = _decoded.get(exact)
+    if found is not None:
+        return found
+    raw = tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in exact)
+    size = sum(len(k) + len(v) for k, v in raw)
+    decoded = (raw, MappingProxyType(joined(raw)), size)
+    if size <= MEMO_HEADER_BYTES:
+        if len(_decoded) >= MEMO_HEADERS:
+            _decoded.clear()
+        _decoded[exact] = decoded
+    return decoded
+
+
 class Incoming:
     """One request as the proxy needs it: the ASGI scope's parts, decoded once."""
 
@@ -39,10 +68,7 @@ class Incoming:
     def __init__(self, scope: Scope, receive: Receive) -> None:
         self.method: str = scope["method"]
         self.receive = receive
-        raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
-        self.raw_headers = raw
-        self.headers = joined(raw)
-        self.header_bytes = sum(len(k) + len(v) for k, v in raw)
+        self.raw_headers, self.headers, self.header_bytes = _decode(scope["headers"])
 
     async def read_body(self, limit: int) -> bytes:
         """The whole body; 413 past `limit` bytes, declared or received. (A body that

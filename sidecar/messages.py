@@ -50,7 +50,7 @@ KNOWN_METHODS: Final = frozenset(
 )
 """Methods that get their own metrics label; anything else is counted as `other`."""
 
-REQUEST_STATE_PARAMS: Final = ("inputResponses", "requestState")
+REQUEST_STATE_PARAMS: Final = frozenset({"inputResponses", "requestState"})
 
 BypassReason = Literal[
     "method", "disabled", "request_state", "task", "inexact_number", "tool_rule", "not_read_only"

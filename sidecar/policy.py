@@ -118,7 +118,7 @@ def bypass_reason(server: Server, message: Message) -> BypassReason | None:
     elif message.method not in CACHEABLE_METHODS:
         return "method"
     params = message.params
-    if any(name in params for name in REQUEST_STATE_PARAMS):
+    if not REQUEST_STATE_PARAMS.isdisjoint(params):
         return "request_state"
     if "task" in params:
         return "task"

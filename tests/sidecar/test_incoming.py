@@ -1,0 +1,49 @@
+"""Decoding a request's headers once: the memo of header sets gives exactly what a fresh
+decode gives, can be changed by nobody, and stays bounded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mcpcache.sidecar import incoming
+from mcpcache.sidecar.incoming import MEMO_HEADER_BYTES, MEMO_HEADERS, Incoming
+
+
+def scope(headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+    return {"type": "http", "method": "POST", "headers": headers}
+
+
+async def never() -> dict[str, Any]:
+    raise AssertionError("the body is not read here")
+
+
+def test_a_remembered_header_set_decodes_as_a_new_one_would() -> None:
+    headers = [(b"authorization", b"Bearer a"), (b"accept", b"a"), (b"accept", b"b")]
+    first = Incoming(scope(headers), never)
+    again = Incoming(scope(list(headers)), never)
+    other = Incoming(scope([(b"authorization", b"Bearer b")]), never)
+    assert again.raw_headers == first.raw_headers
+    assert dict(again.headers) == {"authorization": "Bearer a", "accept": "a, b"}
+    assert again.header_bytes == first.header_bytes == len(b"authorizationBearer aacceptaacceptb")
+    assert dict(other.headers) == {"authorization": "Bearer b"}
+
+
+def test_a_remembered_header_set_cannot_be_changed_by_one_request() -> None:
+    first = Incoming(scope([(b"x-api-key", b"k1")]), never)
+    with pytest.raises(TypeError):
+        first.headers["x-api-key"] = "k2"  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        first.raw_headers.append(("x-api-key", "k2"))  # type: ignore[attr-defined]
+    assert dict(Incoming(scope([(b"x-api-key", b"k1")]), never).headers) == {"x-api-key": "k1"}
+
+
+def test_the_memo_stays_bounded_and_skips_large_header_sets() -> None:
+    for n in range(MEMO_HEADERS * 3):
+        Incoming(scope([(b"traceparent", str(n).encode())]), never)
+        assert len(incoming._decoded) <= MEMO_HEADERS
+    large = [(b"x-large", b"v" * MEMO_HEADER_BYTES)]
+    decoded = Incoming(scope(large), never)
+    assert decoded.header_bytes == len(b"x-large") + MEMO_HEADER_BYTES
+    assert tuple(large) not in incoming._decoded

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -163,7 +163,7 @@ class Flight:
         assert self._head is not None
         return self._head
 
-    async def leader_body(self, prefix: bytes) -> AsyncIterator[bytes]:
+    async def leader_body(self, prefix: bytes) -> AsyncGenerator[bytes, None]:
         """The leader's body: the prefix, then the chunks as the flight passes them on."""
         try:
             if prefix:

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp
 
 from . import cache_status, policy
@@ -46,6 +45,7 @@ from .metrics import Metrics
 from .notices import Notice
 from .origin import OriginPolicy
 from .relay import Call, Relay
+from .responses import ForwardedResponse, StreamedResponse
 from .session_ids import SessionRequestIds, Ticket
 from .shared import SharedTier
 from .store import Entry, ResponseCache
@@ -55,14 +55,6 @@ logger = logging.getLogger("mcpcache.sidecar")
 
 FOLLOW_BOUND = 1 << 20
 """How much of a write's or a `tools/list`'s answer is decoded to see how it ended."""
-
-
-def _with_headers(
-    response: Response, headers: list[tuple[str, str]] | tuple[tuple[str, str], ...], status: str
-) -> Response:
-    response.raw_headers.extend((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers)
-    response.raw_headers.append((b"cache-status", status.encode()))
-    return response
 
 
 class Proxy:
@@ -193,7 +185,7 @@ class Proxy:
         message: Message | None,
         raw: bytes | None,
         plan: policy.Bypass,
-    ) -> Response:
+    ) -> ForwardedResponse | StreamedResponse:
         """Forward and relay; nothing is stored. A request's answer is still followed,
         to end a stream that breaks before answering with an error the client sees, and
         to act on it: a write invalidates, a `tools/list` teaches read-only hints."""
@@ -218,16 +210,14 @@ class Proxy:
         )
         headers = response_headers(response.headers)
         if on_final is None or response.event_stream:
-            streaming = StreamingResponse(relay.stream(b""), response.status)
-            return _with_headers(streaming, headers, status)
+            return StreamedResponse(response.status, headers, status, relay.stream(b""))
         # A JSON answer followed to its end: read it before the headers, so that what
         # it invalidates is gone before the caller can ask again.
         prefix = await relay.read_prefix()
         if relay.done:
-            return _with_headers(Response(prefix, response.status), headers, status)
+            return ForwardedResponse(response.status, headers, status, prefix)
         on_final(Verdict("too_large"), False)  # cannot tell how it ended: assume it wrote
-        streaming = StreamingResponse(relay.stream(prefix), response.status)
-        return _with_headers(streaming, headers, status)
+        return StreamedResponse(response.status, headers, status, relay.stream(prefix))
 
     def _follower(
         self, server: Server, plan: policy.Bypass, capture: ResponseCapture
@@ -309,11 +299,9 @@ class Proxy:
         self.metrics.count(server.name, method, "miss")
         if head.complete:
             flight.detach_leader()
-            return _with_headers(
-                Response(head.prefix, head.status), head.headers, head.cache_status
-            )
-        streaming = StreamingResponse(flight.leader_body(head.prefix), head.status)
-        return _with_headers(streaming, head.headers, head.cache_status)
+            return ForwardedResponse(head.status, head.headers, head.cache_status, head.prefix)
+        body = flight.leader_body(head.prefix)
+        return StreamedResponse(head.status, head.headers, head.cache_status, body)
 
     async def _follow(self, request: Request, flight: Flight) -> ASGIApp:
         """Wait for an identical request's answer; take it under this request's own id."""

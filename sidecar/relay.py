@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,7 +97,7 @@ class Relay:
             return cache_status.MISS_STORED
         return cache_status.forwarded("miss", cache_status.detail(reason))
 
-    async def stream(self, prefix: bytes) -> AsyncIterator[bytes]:
+    async def stream(self, prefix: bytes) -> AsyncGenerator[bytes, None]:
         error: BaseException | None = None
         try:
             if prefix:

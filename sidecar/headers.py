@@ -113,7 +113,13 @@ def joined(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
 
 
 def media_type(headers: Mapping[str, str]) -> str:
-    return headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return _media_type(headers.get("content-type", ""))
+
+
+@functools.lru_cache(maxsize=64)
+def _media_type(content_type: str) -> str:
+    """Memoised: peers send the same few content types."""
+    return content_type.split(";", 1)[0].strip().lower()
 
 
 @functools.lru_cache(maxsize=64)

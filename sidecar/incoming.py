@@ -60,6 +60,10 @@ def _decode(scope_headers: Iterable[tuple[bytes, bytes]]) -> DecodedHeaders:
     return decoded
 
 
+def _too_large(limit: int) -> ProxyError:
+    return ProxyError(413, REQUEST_TOO_LARGE, f"request body exceeds the limit of {limit} bytes")
+
+
 class Incoming:
     """One request as the proxy needs it: the ASGI scope's parts, decoded once."""
 
@@ -74,14 +78,9 @@ class Incoming:
         """The whole body; 413 past `limit` bytes, declared or received. (A body that
         is slow to arrive is the listener's business: see `listener`.)"""
 
-        def too_large() -> ProxyError:
-            return ProxyError(
-                413, REQUEST_TOO_LARGE, f"request body exceeds the limit of {limit} bytes"
-            )
-
         declared = self.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise too_large()
+            raise _too_large(limit)
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -91,10 +90,13 @@ class Incoming:
             chunk: bytes = event.get("body", b"")
             size += len(chunk)
             if size > limit:
-                raise too_large()
-            chunks.append(chunk)
+                raise _too_large(limit)
             if not event.get("more_body", False):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                if not chunks:
+                    return chunk  # the usual case: the whole body in one event
+                chunks.append(chunk)
+                return b"".join(chunks)
+            chunks.append(chunk)
 
     def message(self, raw: bytes) -> Message:
         """The body as a JSON-RPC message, or the precise error for why it is not one."""

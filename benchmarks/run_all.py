@@ -124,6 +124,23 @@ def ceiling(body: bytes) -> Iterator[Server]:
 
 
 @contextmanager
+def forwarder(target: str) -> Iterator[Server]:
+    """The least a proxy on this stack adds: uvicorn and the same HTTP client, no cache."""
+    port = free_port()
+    args = [
+        sys.executable,
+        str(HERE / "servers.py"),
+        "forwarder",
+        "--port",
+        str(port),
+        "--target",
+        target,
+    ]
+    with process(args, f"http://127.0.0.1:{port}/") as pid:
+        yield Server.at(f"http://127.0.0.1:{port}/mcp", pid)
+
+
+@contextmanager
 def sidecar(
     upstream_url: str, shared_cache: dict[str, Any] | None = None, core: int = 1
 ) -> Iterator[tuple[str, str, int]]:
@@ -275,23 +292,35 @@ def bench_hits(seconds: int) -> dict[str, Any]:
 
 
 def bench_miss(calls: int) -> dict[str, Any]:
-    """A forwarded call (always a miss: new arguments each time) vs the same call direct."""
-    with upstream(core=LOAD_CORE) as up, sidecar(up) as (proxy, _, _), httpx.Client() as http:
+    """A forwarded call (always a miss: new arguments each time) vs the same call direct,
+    and vs the bare forwarder (the least a proxy on this stack adds), interleaved."""
+    with (
+        upstream(core=LOAD_CORE) as up,
+        sidecar(up) as (proxy, _, _),
+        forwarder(up) as bare,
+        httpx.Client() as http,
+    ):
         warm = [body("payload", {"key": f"warm-{i}"}) for i in range(30)]
-        sequential_ms(http, proxy, warm, "payload")
-        sequential_ms(http, up, warm, "payload")
-        direct, through = [], []
+        for url in (proxy, up, bare):
+            sequential_ms(http, url, warm, "payload")
+        direct: list[float] = []
+        through: list[float] = []
+        forwarded: list[float] = []
         for _ in range(calls):
             key = uuid.uuid4().hex
             direct += sequential_ms(http, up, [body("payload", {"key": key})], "payload")
             through += sequential_ms(http, proxy, [body("payload", {"key": key + "x"})], "payload")
+            forwarded += sequential_ms(http, bare, [body("payload", {"key": key + "y"})], "payload")
     return {
         "calls": calls,
         "direct_p50_ms": p(direct, 50),
         "sidecar_miss_p50_ms": p(through, 50),
+        "forwarder_p50_ms": p(forwarded, 50),
         "added_p50_ms": p(through, 50) - p(direct, 50),
+        "forwarder_added_p50_ms": p(forwarded, 50) - p(direct, 50),
         "direct_p99_ms": p(direct, 99),
         "sidecar_miss_p99_ms": p(through, 99),
+        "forwarder_p99_ms": p(forwarded, 99),
     }
 
 
@@ -310,24 +339,29 @@ def first_event_ms(http: httpx.Client, url: str, request_id: int) -> float:
 
 
 def bench_sse(calls: int) -> dict[str, Any]:
-    """Time to the first progress event of a streamed call, through the sidecar vs direct."""
+    """Time to the first progress event of a streamed call, through the sidecar vs direct
+    and vs the bare forwarder, interleaved."""
     with (
         upstream(sse=True, core=LOAD_CORE) as up,
         sidecar(up) as (proxy, _, _),
+        forwarder(up) as bare,
         httpx.Client() as http,
     ):
         for i in range(10):
-            first_event_ms(http, up, i)
-            first_event_ms(http, proxy, i)
-        direct, through = [], []
+            for url in (up, proxy, bare):
+                first_event_ms(http, url, i)
+        direct, through, forwarded = [], [], []
         for i in range(calls):
             direct.append(first_event_ms(http, up, i))
             through.append(first_event_ms(http, proxy, i))
+            forwarded.append(first_event_ms(http, bare, i))
     return {
         "calls": calls,
         "direct_p50_ms": p(direct, 50),
         "sidecar_p50_ms": p(through, 50),
+        "forwarder_p50_ms": p(forwarded, 50),
         "added_p50_ms": p(through, 50) - p(direct, 50),
+        "forwarder_added_p50_ms": p(forwarded, 50) - p(direct, 50),
     }
 
 
@@ -513,14 +547,23 @@ def chart(results: dict[str, Any], path: Path) -> None:
     ax.legend()
     ax = axes[1][0]
     miss, sse = results["miss"], results["sse"]
-    labels = ["miss: direct", "miss: sidecar", "1st SSE event:\ndirect", "1st SSE event:\nsidecar"]
+    labels = [
+        "miss:\ndirect",
+        "miss:\nforwarder",
+        "miss:\nsidecar",
+        "1st SSE:\ndirect",
+        "1st SSE:\nforwarder",
+        "1st SSE:\nsidecar",
+    ]
     values = [
         miss["direct_p50_ms"],
+        miss["forwarder_p50_ms"],
         miss["sidecar_miss_p50_ms"],
         sse["direct_p50_ms"],
+        sse["forwarder_p50_ms"],
         sse["sidecar_p50_ms"],
     ]
-    ax.bar(labels, values, color=["#d9822b", "#2a7ab9", "#d9822b", "#2a7ab9"])
+    ax.bar(labels, values, color=["#d9822b", "#999999", "#2a7ab9"] * 2)
     ax.set_ylabel("p50 (ms)")
     ax.set_title("forwarded calls, one connection")
     ax = axes[1][1]
@@ -608,7 +651,8 @@ def report(r: dict[str, Any]) -> None:
     ):
         print(
             f"{label} p50: direct {row['direct_p50_ms']:.3f} ms, sidecar {row[through]:.3f} ms, "
-            f"added {row['added_p50_ms']:.3f} ms (goal <= 0.5)"
+            f"added {row['added_p50_ms']:.3f} ms (goal <= 0.5); bare forwarder "
+            f"{row['forwarder_p50_ms']:.3f} ms, added {row['forwarder_added_p50_ms']:.3f} ms"
         )
     print(
         f"memory: RSS {memory['rss_empty_mib']:.1f} MiB empty, {memory['rss_full_mib']:.1f} MiB "

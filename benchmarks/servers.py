@@ -3,6 +3,9 @@
 `upstream`: an official MCP SDK server (stateless JSON answers) with the tools the
 benchmarks call. `ceiling`: a minimal ASGI app under the same uvicorn settings that
 answers every POST with fixed bytes, the most any Python HTTP server here can do.
+`forwarder`: a minimal ASGI app that forwards every POST to one URL with the same HTTP
+client the sidecar uses and relays the answer as it streams, with nothing else (no
+parsing, no cache): the least any proxy on this stack adds to a miss.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import uvicorn
 import uvloop
 from mcp.server import MCPServer
@@ -66,6 +70,36 @@ def ceiling_app(body: bytes) -> Any:
     return app
 
 
+def forwarder_app(target: str) -> Any:
+    session: aiohttp.ClientSession | None = None
+    hop = {b"host", b"connection", b"content-length", b"transfer-encoding", b"keep-alive"}
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        nonlocal session
+        if scope["type"] != "http":
+            return
+        if session is None:
+            session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
+        parts, more = [], True
+        while more:
+            message = await receive()
+            parts.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        headers = [(k.decode(), v.decode()) for k, v in scope["headers"] if k not in hop]
+        async with session.post(target, data=b"".join(parts), headers=headers) as response:
+            out = [
+                (k, v)
+                for k, v in response.raw_headers
+                if k.lower() not in hop or k.lower() == b"content-length"
+            ]
+            await send({"type": "http.response.start", "status": response.status, "headers": out})
+            async for chunk in response.content.iter_any():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+
+    return app
+
+
 def serve(app: Any, port: int) -> None:
     """The same uvicorn settings, event loop and HTTP parser the sidecar uses."""
     uvloop.install()
@@ -75,12 +109,15 @@ def serve(app: Any, port: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("kind", choices=["upstream", "ceiling"])
+    parser.add_argument("kind", choices=["upstream", "ceiling", "forwarder"])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--body", type=Path, help="the bytes the ceiling app answers with")
     parser.add_argument("--sse", action="store_true", help="answer streams (else JSON)")
+    parser.add_argument("--target", help="the URL the forwarder sends every POST to")
     args = parser.parse_args()
     if args.kind == "upstream":
         serve(upstream_app(json_response=not args.sse), args.port)
+    elif args.kind == "forwarder":
+        serve(forwarder_app(args.target), args.port)
     else:
         serve(ceiling_app(args.body.read_bytes()), args.port)

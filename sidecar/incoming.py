@@ -36,27 +36,34 @@ parser's own error)."""
 DecodedHeaders = tuple[tuple[tuple[str, str], ...], Mapping[str, str], int]
 """A request's headers as sent (decoded), by lower-case name, and their size in bytes."""
 
-MEMO_HEADERS: Final = 256
+MEMO_HEADERS: Final = 64
 """Header sets remembered decoded; a client sends the same headers call after call."""
+MEMO_MAX_HEADERS: Final = 32
 MEMO_HEADER_BYTES: Final = 4 << 10
-"""Only header sets up to this size are remembered (the memo stays under a megabyte)."""
+"""Only header sets of at most this many headers and bytes are remembered: with the
+objects that hold them, the memo stays around a megabyte whatever callers send. (The
+sets are kept as sent, credentials included, in this process's memory only.)"""
 _decoded: dict[tuple[tuple[bytes, bytes], ...], DecodedHeaders] = {}
 
 
 def _decode(scope_headers: Iterable[tuple[bytes, bytes]]) -> DecodedHeaders:
     """The request's headers, decoded; the same bytes always give the same (immutable)
     result, so a header set seen before is taken from the memo."""
-    exact = tuple(scope_headers)
-    found = _decoded.get(exact)
+    pairs = tuple(scope_headers)
+    remembered = True
+    try:
+        found = _decoded.get(pairs)
+    except TypeError:  # a server that gives each header as a list: not remembered
+        found, remembered = None, False
     if found is not None:
         return found
-    raw = tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in exact)
+    raw = tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in pairs)
     size = sum(len(k) + len(v) for k, v in raw)
     decoded = (raw, MappingProxyType(joined(raw)), size)
-    if size <= MEMO_HEADER_BYTES:
+    if remembered and len(raw) <= MEMO_MAX_HEADERS and size <= MEMO_HEADER_BYTES:
         if len(_decoded) >= MEMO_HEADERS:
             _decoded.clear()
-        _decoded[exact] = decoded
+        _decoded[pairs] = decoded
     return decoded
 
 

@@ -15,6 +15,9 @@ from collections.abc import AsyncGenerator, Iterable
 import anyio
 from starlette.types import Receive, Scope, Send
 
+_NO_CONTENT = frozenset({204, 304})
+"""Statuses whose answers never carry `Content-Length` (nor do 1xx)."""
+
 
 def _encoded(headers: Iterable[tuple[str, str]], cache_status: str) -> list[tuple[bytes, bytes]]:
     encoded = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
@@ -32,8 +35,9 @@ class ForwardedResponse:
     ) -> None:
         self.status = status
         self.body = body
-        length = (b"content-length", str(len(body)).encode())
-        self.headers = [length, *_encoded(headers, cache_status)]
+        self.headers = _encoded(headers, cache_status)
+        if status >= 200 and status not in _NO_CONTENT:  # RFC 9110: never on these
+            self.headers.insert(0, (b"content-length", str(len(body)).encode()))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status, "headers": self.headers})

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from mcpcache.sidecar import incoming
-from mcpcache.sidecar.incoming import MEMO_HEADER_BYTES, MEMO_HEADERS, Incoming
+from mcpcache.sidecar.incoming import MEMO_HEADER_BYTES, MEMO_HEADERS, MEMO_MAX_HEADERS, Incoming
 
 
 def scope(headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
@@ -47,3 +47,13 @@ def test_the_memo_stays_bounded_and_skips_large_header_sets() -> None:
     decoded = Incoming(scope(large), never)
     assert decoded.header_bytes == len(b"x-large") + MEMO_HEADER_BYTES
     assert tuple(large) not in incoming._decoded
+    many = [(b"a", b"") for _ in range(MEMO_MAX_HEADERS + 1)]
+    decoded = Incoming(scope(many), never)
+    assert decoded.header_bytes == MEMO_MAX_HEADERS + 1
+    assert tuple(many) not in incoming._decoded
+
+
+def test_headers_given_as_lists_are_decoded_too() -> None:
+    listed: Any = [[b"authorization", b"Bearer a"], [b"accept", b"*/*"]]
+    decoded = Incoming(scope(listed), never)
+    assert dict(decoded.headers) == {"authorization": "Bearer a", "accept": "*/*"}

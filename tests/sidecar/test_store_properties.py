@@ -51,8 +51,9 @@ class CacheMachine(RuleBasedStateMachine):
                 e.expires_at for e in survivors.values()
             )
         if evicted and key not in before:
-            # Only as many as needed: the last one evicted would not have fitted beside it.
-            last = max(evicted, key=lambda e: e.expires_at)
+            # Only as many as needed: the last one evicted would not have fitted beside it
+            # (the last in eviction order: by expiry, ties by when each was stored).
+            last = max(evicted, key=lambda e: (e.expires_at, e.seq))
             kept = sum(e.size for e in survivors.values())
             assert len(survivors) + 2 > 5 or kept + size + last.size > 1000
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .capture import ResponseCapture
+from .channel import ChunkChannel
 from .upstream import UpstreamFailure
 
 logger = logging.getLogger("mcpcache.sidecar")
@@ -103,12 +103,8 @@ class Flight:
         self._head: Head | None = None
         self._head_ready = asyncio.Event()
         self._settled = asyncio.Event()
-        self._channel: (
-            tuple[MemoryObjectSendStream[bytes], MemoryObjectReceiveStream[bytes]] | None
-        ) = None
-        """The leader's chunks, made when first needed: a JSON answer read whole before
-        its headers never passes through it."""
-        self._ended = False
+        self._channel = ChunkChannel(LEADER_BUFFER)
+        """The leader's chunks, from the flight's task to the leader's response."""
         self._on_settled = on_settled
         """Called once the flight takes no more followers (settled or abandoned)."""
 
@@ -137,11 +133,7 @@ class Flight:
         if capture is not None and capture.asked_client:
             # The answer will depend on what the leader's client replies: not theirs.
             self.settle(ALONE)
-        if not self.leader:
-            return
-        try:
-            await self._leader_channel()[0].send(chunk)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        if self.leader and not await self._channel.send(chunk):
             self.detach_leader()
 
     def progress(self) -> int:
@@ -150,9 +142,7 @@ class Flight:
 
     def end(self) -> None:
         """The task is over, however it ended: nobody may wait on it any longer."""
-        self._ended = True
-        if self._channel is not None:
-            self._channel[0].close()  # the leader's body ends after what is queued
+        self._channel.close()  # the leader's body ends after what is queued
         self.open_head(Head(failure=ENDED_EARLY))
         self.settle(Outcome("failed", failure=ENDED_EARLY))
 
@@ -168,7 +158,7 @@ class Flight:
         try:
             if prefix:
                 yield prefix
-            async for chunk in self._leader_channel()[1]:
+            async for chunk in self._channel.chunks():
                 yield chunk
         finally:
             self.detach_leader()
@@ -176,19 +166,8 @@ class Flight:
     def detach_leader(self) -> None:
         """The leader needs no more bytes (its client left, or it has its answer)."""
         self.leader = False
-        if self._channel is not None:
-            self._channel[1].close()
+        self._channel.leave()
         self._abandon_if_idle()
-
-    def _leader_channel(
-        self,
-    ) -> tuple[MemoryObjectSendStream[bytes], MemoryObjectReceiveStream[bytes]]:
-        if self._channel is None:
-            send, receive = anyio.create_memory_object_stream[bytes](LEADER_BUFFER)
-            if self._ended:
-                send.close()  # made after the fetch: nothing will come
-            self._channel = (send, receive)
-        return self._channel
 
     async def wait_as_follower(self, idle: float) -> Outcome | None:
         """The followers' answer; None when, after a first `idle` seconds, another

@@ -20,6 +20,8 @@ class ChunkChannel:
     __slots__ = ("_bound", "_chunks", "_closed", "_left", "_readable", "_writable")
 
     def __init__(self, bound: int) -> None:
+        if bound < 1:
+            raise ValueError("a channel holds at least one chunk")
         self._bound = bound
         self._chunks: deque[bytes] = deque()
         self._readable = asyncio.Event()
@@ -30,11 +32,12 @@ class ChunkChannel:
         """The reader has gone."""
 
     async def send(self, chunk: bytes) -> bool:
-        """Queue `chunk`, waiting while the channel is full; False when the reader has gone."""
+        """Queue `chunk`, waiting while the channel is full; False when the reader has gone
+        (or the channel was closed)."""
         while len(self._chunks) >= self._bound and not self._left:
             self._writable.clear()
             await self._writable.wait()
-        if self._left:
+        if self._left or self._closed:
             return False
         self._chunks.append(chunk)
         self._readable.set()
@@ -50,6 +53,7 @@ class ChunkChannel:
         self._left = True
         self._chunks.clear()
         self._writable.set()
+        self._readable.set()
 
     async def chunks(self) -> AsyncGenerator[bytes, None]:
         """The chunks in the order sent, until the sender closes (or the reader leaves)."""

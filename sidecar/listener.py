@@ -49,12 +49,19 @@ class _HeaderTimedProtocol(HttpToolsProtocol):
             self._waiting_since = self.loop.time()
 
     def on_message_complete(self) -> None:
-        self._waiting_since = None
+        # A request answered before its body ended (an early 404 or 413) is not being
+        # answered any more: the deadline set when that answer ended keeps running.
+        if not self.cycle.response_complete:
+            self._waiting_since = None
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        self._waiting_since = self.loop.time()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete and not cycle.more_body:
+            self._waiting_since = None  # a pipelined request, whole, is being answered
+        else:
+            self._waiting_since = self.loop.time()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._header_timer is not None:

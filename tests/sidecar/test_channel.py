@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from mcpcache.sidecar.channel import ChunkChannel
 
 
@@ -52,3 +54,16 @@ async def test_a_reader_waiting_on_an_empty_channel_wakes_for_a_chunk_and_a_clos
     assert await channel.send(b"x")
     channel.close()
     assert await asyncio.wait_for(reading, 5) == [b"x"]
+
+
+async def test_leaving_wakes_a_waiting_reader_and_a_closed_channel_takes_nothing() -> None:
+    channel = ChunkChannel(4)
+    reading = asyncio.ensure_future(read_all(channel))
+    await asyncio.sleep(0)
+    channel.leave()
+    assert await asyncio.wait_for(reading, 5) == []
+    closed = ChunkChannel(4)
+    closed.close()
+    assert await closed.send(b"late") is False
+    with pytest.raises(ValueError, match="at least one chunk"):
+        ChunkChannel(0)

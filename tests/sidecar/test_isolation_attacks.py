@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import socket
 import tracemalloc
 import uuid
@@ -341,6 +342,58 @@ async def test_connections_that_never_finish_their_request_are_closed(make_sidec
     assert (await call(sidecar, {"q": unique()})).status_code == 200
 
 
+async def test_a_request_answered_before_its_body_ended_still_has_a_deadline(
+    make_sidecar, echo
+) -> None:
+    """An early answer (a 404 for a path it never reads the body of) must not stop the
+    clock: a client that sends the rest of its body afterwards, then nothing, is closed."""
+    _, app = echo
+    document = one_server(app.base_url + "/mcp", name="echo") | {"headerTimeout": "300ms"}
+    sidecar = make_sidecar(document)
+    sock = socket.create_connection(("127.0.0.1", sidecar.port), timeout=5)
+    loop = asyncio.get_running_loop()
+    try:
+        sock.sendall(b"POST /nope HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1\r\n\r\n")
+        (answer,) = await asyncio.wait_for(loop.run_in_executor(None, _read_responses, sock, 1), 5)
+        assert answer.startswith(b"HTTP/1.1 404")
+        sock.sendall(b"x")  # the rest of the body, after the answer; then nothing more
+        await asyncio.wait_for(loop.run_in_executor(None, _read_to_end, sock), 5)
+    finally:
+        sock.close()
+
+
+async def test_a_pipelined_request_is_not_cut_off_while_it_is_answered(make_sidecar, echo) -> None:
+    """Two requests sent back to back: the second, read whole while the first was being
+    answered, may take longer than the header timeout to answer; it is not a slow request."""
+    peer, app = echo
+    document = one_server(app.base_url + "/mcp", name="echo") | {"headerTimeout": "300ms"}
+    sidecar = make_sidecar(document)
+    gates = [unique(), unique()]
+    requests = b""
+    for request_id, gate in enumerate(gates, 1):
+        body = json.dumps(call_body(request_id, "t", {"q": unique(), "hold": gate})).encode()
+        head = "".join(f"{k}: {v}\r\n" for k, v in call_headers("t").items())
+        requests += (
+            f"POST /mcp/echo HTTP/1.1\r\nHost: localhost\r\n{head}"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+    calls = peer.calls
+    sock = socket.create_connection(("127.0.0.1", sidecar.port), timeout=10)
+    loop = asyncio.get_running_loop()
+    try:
+        sock.sendall(requests)
+        await async_wait_until(lambda: peer.calls == calls + 1, what="the first call upstream")
+        peer.gate(gates[0]).set()
+        await async_wait_until(lambda: peer.calls == calls + 2, what="the second call upstream")
+        # Past the header timeout while the second is answered: the condition under test.
+        await asyncio.sleep(0.6)
+        peer.gate(gates[1]).set()
+        answers = await asyncio.wait_for(loop.run_in_executor(None, _read_responses, sock, 2), 10)
+    finally:
+        sock.close()
+    assert [answer[:12] for answer in answers] == [b"HTTP/1.1 200"] * 2
+
+
 async def test_answers_to_a_reused_id_in_one_session_are_never_stored(
     sidecar_on_echo, echo
 ) -> None:
@@ -377,6 +430,33 @@ async def test_an_answer_a_hit_could_not_repeat_exactly_is_not_stored(sidecar_on
         response = await call(sidecar_on_echo, arguments, request_id)
         assert response.headers["cache-status"] == "mcpcache; fwd=miss; detail=inexact-number"
         assert str(balance) in response.text
+
+
+def _read_responses(sock: socket.socket, count: int) -> list[bytes]:
+    """`count` whole responses with a Content-Length, read off a blocking socket."""
+    responses: list[bytes] = []
+    data = b""
+    while len(responses) < count:
+        while b"\r\n\r\n" not in data:
+            data += _received(sock)
+        head, _, rest = data.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        while len(rest) < length:
+            rest += _received(sock)
+        responses.append(head + b"\r\n\r\n" + rest[:length])
+        data = rest[length:]
+    return responses
+
+
+def _received(sock: socket.socket) -> bytes:
+    chunk = sock.recv(65536)
+    if not chunk:
+        raise ConnectionError("the sidecar closed the connection")
+    return chunk
 
 
 def _read_to_end(sock: socket.socket) -> bytes:

@@ -13,10 +13,8 @@ installed); build B is this one.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,26 +26,8 @@ import run_all as bench
 @contextmanager
 def sidecar_on(python: str, upstream_url: str) -> Iterator[bench.Server]:
     """A sidecar run by `python` (so from whichever checkout that interpreter has)."""
-    listen, metrics = bench.free_port(), bench.free_port()
-    config = {
-        "appId": "bench",
-        "listen": {"host": "127.0.0.1", "port": listen},
-        "metrics": {"host": "127.0.0.1", "port": metrics},
-        "servers": [
-            {
-                "name": "bench",
-                "url": upstream_url,
-                "cache": {"enabled": True, "ttl": "1h", "maxSize": "1Mi"},
-            }
-        ],
-    }
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as file:
-        json.dump(config, file)
-        file.flush()
-        args = [python, "-m", "mcpcache.sidecar.cli", "sidecar", "--config", file.name]
-        args += ["--log-level", "WARNING"]
-        with bench.process(args, f"http://127.0.0.1:{metrics}/readyz") as pid:
-            yield bench.Server.at(f"http://127.0.0.1:{listen}/mcp/bench", pid)
+    with bench.sidecar(upstream_url, python=python) as (url, _, pid):
+        yield bench.Server.at(url, pid)
 
 
 def forwarded(a_python: str, calls: int, sse: bool) -> dict[str, float]:

@@ -142,10 +142,14 @@ def forwarder(target: str) -> Iterator[Server]:
 
 @contextmanager
 def sidecar(
-    upstream_url: str, shared_cache: dict[str, Any] | None = None, core: int = 1
+    upstream_url: str,
+    shared_cache: dict[str, Any] | None = None,
+    core: int = 1,
+    python: str = sys.executable,
 ) -> Iterator[tuple[str, str, int]]:
     """A sidecar process (its proxy URL, metrics URL and pid); `shared_cache` is its
-    `sharedCache` section, when it has a shared tier."""
+    `sharedCache` section, when it has a shared tier; `python` the interpreter that runs
+    it (another install of the project, to set two builds side by side)."""
     listen, metrics = free_port(), free_port()
     config: dict[str, Any] = {
         "appId": "bench",
@@ -165,7 +169,7 @@ def sidecar(
         json.dump(config, file)
         file.flush()
         args = [
-            sys.executable,
+            python,
             "-m",
             "mcpcache.sidecar.cli",
             "sidecar",

@@ -23,7 +23,7 @@ async def run(response: Any, receive: Any) -> list[dict[str, Any]]:
 
 
 async def nothing_more() -> dict[str, Any]:
-    await asyncio.sleep(3600)
+    await asyncio.Event().wait()  # the client neither sends nor leaves
     raise AssertionError("unreachable")
 
 
@@ -53,7 +53,7 @@ async def test_a_stream_ends_and_closes_its_body_when_the_client_leaves() -> Non
         try:
             yield b"data: 1\n\n"
             started.set()
-            await asyncio.sleep(3600)  # the upstream sends nothing more
+            await asyncio.Event().wait()  # the upstream sends nothing more
             yield b"never"
         finally:
             closed.set()

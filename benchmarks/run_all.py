@@ -263,12 +263,17 @@ def p(values: list[float], q: float) -> float:
     )
 
 
-def cache_bytes(metrics_url: str) -> float:
+def metric_value(metrics_url: str, name: str) -> float:
+    """One unlabelled sample from the sidecar's /metrics (0 when absent)."""
     for family in text_string_to_metric_families(httpx.get(metrics_url).text):
         for sample in family.samples:
-            if sample.name == "mcpcache_cache_bytes":
+            if sample.name == name:
                 return sample.value
     return 0.0
+
+
+def cache_bytes(metrics_url: str) -> float:
+    return metric_value(metrics_url, "mcpcache_cache_bytes")
 
 
 def bench_hits(seconds: int) -> dict[str, Any]:
@@ -430,11 +435,7 @@ def bench_scale(calls: int) -> dict[str, Any]:
 
 def upstream_calls(metrics_url: str) -> float:
     """Upstream calls the sidecar has made (its upstream latency histogram's count)."""
-    for family in text_string_to_metric_families(httpx.get(metrics_url).text):
-        for sample in family.samples:
-            if sample.name == "mcpcache_upstream_request_duration_seconds_count":
-                return sample.value
-    return 0.0
+    return metric_value(metrics_url, "mcpcache_upstream_request_duration_seconds_count")
 
 
 async def burst_ms(url: str, n: int, ready: Callable[[], None] = lambda: None) -> list[float]:

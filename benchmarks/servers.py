@@ -6,20 +6,28 @@ answers every POST with fixed bytes, the most any Python HTTP server here can do
 `forwarder`: a minimal ASGI app that forwards every POST to one URL with the same HTTP
 client the sidecar uses and relays the answer as it streams, with nothing else (no
 parsing, no cache): the least any proxy on this stack adds to a miss.
+`least-cache`: a minimal ASGI app that does what any caching proxy must do to answer a
+hit, and nothing more: decode the headers, read and parse the body, key the call on its
+method, params and the caller's credential (hashed), look the key up, frame the result
+under the caller's id and count the hit in a Prometheus counter. No checks, no policy:
+the most a caching proxy on this stack can answer.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import uvicorn
 import uvloop
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from prometheus_client import Counter
 
 from mcpcache.sidecar.listener import uvicorn_config
 
@@ -70,6 +78,46 @@ def ceiling_app(body: bytes) -> Any:
     return app
 
 
+def least_cache_app(answer: bytes) -> Any:
+    """Answers every call with the `result` of `answer` (a whole JSON-RPC response)."""
+    result = orjson.dumps(orjson.loads(answer)["result"])
+    store: dict[str, bytes] = {}
+    hits = Counter("least_cache_hits", "hits", ["server", "method"]).labels("bench", "tools/call")
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        parts, more = [], True
+        while more:
+            message = await receive()
+            parts.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        call = orjson.loads(b"".join(parts))
+        caller = headers.get("authorization", "").encode()
+        material = {
+            "method": call["method"],
+            "params": call["params"],
+            "caller": hashlib.sha256(caller).hexdigest(),
+            "protocol": headers.get("mcp-protocol-version"),
+        }
+        key = hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        stored = store.setdefault(key, result)
+        framed = b'{"jsonrpc":"2.0","id":%b,"result":%b}' % (orjson.dumps(call["id"]), stored)
+        hits.inc()
+        response = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(framed)).encode()),
+            (b"cache-status", b"least-cache; hit"),
+            (b"cache-control", b"no-cache"),
+            (b"age", b"0"),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": response})
+        await send({"type": "http.response.body", "body": framed})
+
+    return app
+
+
 def forwarder_app(target: str) -> Any:
     session: aiohttp.ClientSession | None = None
     hop = {b"host", b"connection", b"content-length", b"transfer-encoding", b"keep-alive"}
@@ -109,9 +157,9 @@ def serve(app: Any, port: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("kind", choices=["upstream", "ceiling", "forwarder"])
+    parser.add_argument("kind", choices=["upstream", "ceiling", "least-cache", "forwarder"])
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--body", type=Path, help="the bytes the ceiling app answers with")
+    parser.add_argument("--body", type=Path, help="the response the ceiling (least cache) answers")
     parser.add_argument("--sse", action="store_true", help="answer streams (else JSON)")
     parser.add_argument("--target", help="the URL the forwarder sends every POST to")
     args = parser.parse_args()
@@ -119,5 +167,7 @@ if __name__ == "__main__":
         serve(upstream_app(json_response=not args.sse), args.port)
     elif args.kind == "forwarder":
         serve(forwarder_app(args.target), args.port)
+    elif args.kind == "least-cache":
+        serve(least_cache_app(args.body.read_bytes()), args.port)
     else:
         serve(ceiling_app(args.body.read_bytes()), args.port)

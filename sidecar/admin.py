@@ -109,8 +109,9 @@ class Admin:
         return _json({"server": server, **scope, "purged": removed})
 
     def stats(self) -> dict[str, Any]:
-        """Entries and bytes per server and tool, requests per outcome since start."""
-        self.cache.expire()
+        """Live entries and bytes per server and tool, requests per outcome since start.
+        Reading them changes nothing (expired entries are counted apart, not dropped)."""
+        now = self.cache.timer()
         outcomes = self.metrics.outcomes()
         names = sorted({s.name for s in self._config().servers} | set(self.cache.servers()))
         servers: dict[str, Any] = {}
@@ -119,12 +120,18 @@ class Admin:
             resources = {"entries": 0, "bytes": 0}
             lists = {"entries": 0, "bytes": 0}
             for scope, keys in self.cache.scopes(name).items():
-                size = sum(entry.size for key in keys if (entry := self.cache.get(key)))
+                live = [
+                    entry.size
+                    for key in keys
+                    if (entry := self.cache.get(key)) is not None and entry.expires_at > now
+                ]
+                if not live:
+                    continue
                 slot = resources if scope.uri is not None else lists
                 if scope.tool is not None:
                     slot = tools.setdefault(scope.tool, {"entries": 0, "bytes": 0})
-                slot["entries"] += len(keys)
-                slot["bytes"] += size
+                slot["entries"] += len(live)
+                slot["bytes"] += sum(live)
             counted = outcomes.get(name, {})
             servers[name] = {
                 "entries": sum(t["entries"] for t in (*tools.values(), resources, lists)),
@@ -135,9 +142,12 @@ class Admin:
                 "resources": resources,
                 "lists": lists,
             }
+        census = self.cache.census()
         return {
-            "entries": len(self.cache),
-            "bytes": int(self.cache.currsize),
+            "entries": census.entries,
+            "bytes": census.bytes,
+            "expiredEntries": census.expired_entries,
+            "expiredBytes": census.expired_bytes,
             "maxEntries": self.cache.max_entries,
             "maxBytes": self.cache.max_bytes,
             "hits": sum(s["hits"] for s in servers.values()),

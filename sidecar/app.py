@@ -214,5 +214,6 @@ def _server(app: ASGIApp, address: Address, config: SidecarConfig) -> uvicorn.Se
             address.port,
             header_timeout=config.header_timeout,
             max_connections=config.max_connections,
+            send_timeout=config.send_timeout,
         )
     )

@@ -10,7 +10,7 @@ bodies are counted, not kept, and overlong events are skipped.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -23,6 +23,9 @@ from .messages import (
 )
 from .notices import Notice, notice_of
 from .sse import Event, EventDecoder
+
+if TYPE_CHECKING:  # the capture stays pure: no HTTP client at run time
+    from .upstream import UpstreamFailure
 
 MIN_EVENT_BOUND: Final = 64 << 10
 """Events up to this size are decoded even when nothing may be stored, so that a stream
@@ -56,6 +59,8 @@ class ResponseCapture:
         self.max_size = max_size
         self.size = 0
         self.final_seen = False
+        self.failure: UpstreamFailure | None = None
+        """How the body broke off, when it did."""
         self.resumable = False
         """The stream carried SSE event ids, so a client may resume it after a close."""
         self.skipped_event = False
@@ -103,8 +108,10 @@ class ResponseCapture:
         assert self.verdict is not None
         return self.verdict
 
-    def fail(self) -> Verdict:
-        """The body broke off before its end: nothing from it may be stored."""
+    def fail(self, failure: UpstreamFailure | None = None) -> Verdict:
+        """The body broke off before its end (`failure`: how): nothing from it may be
+        stored."""
+        self.failure = failure
         if self.verdict is None:
             self._decide("incomplete")
         assert self.verdict is not None

@@ -68,8 +68,11 @@ def _admin_call(args: argparse.Namespace, path: str, body: Any = None) -> Any:
     data = None if body is None else json.dumps(body).encode()
     headers = {"content-type": "application/json"} if data is not None else {}
     request = urllib.request.Request(url, data=data, headers=headers)
+    # No proxy from the environment: the admin endpoint is the pod's own loopback, and a
+    # proxy that `HTTP_PROXY` names could answer in the sidecar's place ("purged 42").
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with urllib.request.urlopen(request, timeout=args.timeout) as response:
+        with direct.open(request, timeout=args.timeout) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         try:

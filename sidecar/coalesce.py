@@ -24,6 +24,7 @@ import anyio
 
 from .capture import ResponseCapture
 from .channel import ChunkChannel
+from .responses import BrokenBody
 from .upstream import UpstreamFailure
 
 logger = logging.getLogger("mcpcache.sidecar")
@@ -103,6 +104,8 @@ class Flight:
         self._head: Head | None = None
         self._head_ready = asyncio.Event()
         self._settled = asyncio.Event()
+        self._broken = False
+        """The upstream's body broke off: the leader's body must not end as if whole."""
         self._channel = ChunkChannel(LEADER_BUFFER)
         """The leader's chunks, from the flight's task to the leader's response."""
         self._on_settled = on_settled
@@ -136,6 +139,10 @@ class Flight:
         if self.leader and not await self._channel.send(chunk):
             self.detach_leader()
 
+    def break_off(self) -> None:
+        """The upstream's body broke off after the head: the leader's body ends broken."""
+        self._broken = True
+
     def progress(self) -> int:
         """Bytes received from the upstream so far (-1 before its headers)."""
         return self.capture.size if self.capture is not None else -1
@@ -160,6 +167,8 @@ class Flight:
                 yield prefix
             async for chunk in self._channel.chunks():
                 yield chunk
+            if self._broken:
+                raise BrokenBody("the upstream's body broke off")
         finally:
             self.detach_leader()
 

@@ -54,6 +54,10 @@ RESOURCE_PLURAL = "mcpservers"
 DEFAULT_IDENTITY_HEADERS = ("authorization", "proxy-authorization", "cookie", "x-api-key")
 """Request headers that identify an end user: each value present is hashed into the key."""
 
+ALWAYS_KEYED_HEADERS = ("mcp-session-id", "mcp-protocol-version")
+"""The legacy session and the protocol version: in the key whatever the config says."""
+MAX_IGNORED_HEADERS = 32
+
 APP_ID_ENV = "MCPCACHE_APP_ID"
 LISTEN_PORT_ENV = "MCPCACHE_LISTEN_PORT"
 METRICS_HOST_ENV = "MCPCACHE_METRICS_HOST"
@@ -209,10 +213,28 @@ class ServerCache(_Model):
     identity_headers: Annotated[tuple[str, ...], AfterValidator(_header_names)] = (
         DEFAULT_IDENTITY_HEADERS
     )
-    """Headers whose values (hashed) separate one end user's entries from another's."""
+    """Headers whose values (hashed) separate one end user's entries from another's,
+    always, and that a request must send at most once."""
+    ignore_headers: Annotated[tuple[str, ...], AfterValidator(_header_names)] = Field(
+        default=(), max_length=MAX_IGNORED_HEADERS
+    )
+    """Forwarded request headers that do not change the answer (a per-request id, say),
+    left out of the key. Every other forwarded header is key material (fail closed)."""
     ignore_set_cookie: bool = False
     """Store answers that set a cookie (a load balancer's affinity cookie, say). The
     cookie still reaches only the caller it was set for; it is never stored."""
+
+    @model_validator(mode="after")
+    def _identity_is_never_ignored(self) -> Self:
+        never = {*DEFAULT_IDENTITY_HEADERS, *self.identity_headers, *ALWAYS_KEYED_HEADERS}
+        named = sorted(never.intersection(self.ignore_headers))
+        if named:
+            raise ValueError(
+                f"ignoreHeaders cannot name {', '.join(named)}: it carries identity or the "
+                "protocol and always stays in the key (scope: public on a tool rule is how "
+                "callers share entries)"
+            )
+        return self
 
     @functools.cached_property
     def _rule_memo(self) -> dict[str, ToolRule | None]:
@@ -345,6 +367,9 @@ class SidecarConfig(_Model):
     header_timeout: Duration = Field(default=10.0, gt=0)
     """Seconds a connection has to send a whole request, headers and body (both
     listeners); a slower one is closed."""
+    send_timeout: Duration = Field(default=30.0, gt=0)
+    """Seconds a response may wait for its client to take any of its bytes (the
+    connection's buffers full) before the connection is reset (both listeners)."""
     max_connections: int = Field(default=1000, ge=1)
     """Connections or requests in flight a listener takes before answering 503."""
     allowed_hosts: tuple[str, ...] = ()

@@ -27,6 +27,15 @@ NOT_FORWARDED: Final = HOP_BY_HOP | {"host", "content-length", "accept-encoding"
 `Host` from the upstream URL and the body's length itself). `Proxy-Authorization` is
 forwarded: the sidecar asks for no proxy credentials of its own, so one a client sends
 is meant for a proxy in front of the MCP server (and is part of the cache key)."""
+NOT_KEY_MATERIAL: Final = frozenset(
+    {"accept", "content-type", "mcp-method", "mcp-name", "traceparent", "tracestate"}
+)
+"""Forwarded request headers that are left out of the cache key, because they cannot
+carry identity or change the answer: framing and content negotiation (the body is keyed,
+and an answer has one media type whatever `Accept` admits), the routing headers (checked
+against the body before any lookup) and W3C trace context (new on every call). Every
+other header the upstream receives is key material: a header nobody listed may carry
+someone's identity (fail closed)."""
 NOT_RETURNED: Final = HOP_BY_HOP | {"proxy-authorization", "content-length", "content-encoding"}
 EVENT_STREAM: Final = "text/event-stream"
 JSON: Final = "application/json"
@@ -50,17 +59,19 @@ def without(headers: Iterable[tuple[str, str]], dropped: frozenset[str]) -> list
     return [(k, v) for k, v in pairs if k not in dropped and k not in named]
 
 
-def _plain_name(name: str) -> bool:
-    """Names with `_` are not forwarded (as nginx does by default): servers behind CGI-
-    style gateways read `X_Api_Key` as `X-Api-Key`, a different header from the key's."""
-    return "_" not in name
+def forwarded(name: str) -> bool:
+    """Whether a request header (by lower-case name) reaches the upstream, unless a
+    `Connection` header names it. Names with `_` are not forwarded (as nginx does by
+    default): servers behind CGI-style gateways read `X_Api_Key` as `X-Api-Key`, a
+    different header from the key's."""
+    return name not in NOT_FORWARDED and "_" not in name
 
 
 def forward_headers(headers: Iterable[tuple[str, str]], via: str) -> list[tuple[str, str]]:
     """Request headers for the upstream: all but hop-by-hop ones and those the client
     library sets, plus this hop's `Via`. `Host` comes from the upstream URL: an MCP
     server that guards against DNS rebinding then sees its own name, not the sidecar's."""
-    kept = [(k, v) for k, v in without(headers, NOT_FORWARDED) if _plain_name(k)]
+    kept = [(k, v) for k, v in without(headers, frozenset()) if forwarded(k)]
     kept.append(("accept-encoding", "identity"))
     kept.append(("via", via))
     return kept

@@ -53,7 +53,14 @@ KNOWN_METHODS: Final = frozenset(
 REQUEST_STATE_PARAMS: Final = frozenset({"inputResponses", "requestState"})
 
 BypassReason = Literal[
-    "method", "disabled", "request_state", "task", "inexact_number", "tool_rule", "not_read_only"
+    "method",
+    "disabled",
+    "request_state",
+    "task",
+    "inexact_number",
+    "positional_params",
+    "tool_rule",
+    "not_read_only",
 ]
 NotStoredReason = Literal[
     "error",
@@ -90,7 +97,7 @@ class Message:
     The fields the proxy consults are read out once, when the message is parsed.
     """
 
-    __slots__ = ("body", "id", "is_request", "method", "params", "raw")
+    __slots__ = ("body", "id", "is_request", "method", "params", "positional", "raw")
 
     def __init__(self, body: dict[str, Any], raw: bytes = b"") -> None:
         self.body = body
@@ -101,6 +108,9 @@ class Message:
         self.is_request = self.method is not None and "id" in body
         params = body.get("params")
         self.params: dict[str, Any] = params if isinstance(params, dict) else {}
+        self.positional = isinstance(params, list)
+        """`params` given by position (an array): JSON-RPC allows it, MCP never sends it,
+        and the key only knows params as an object, so such a request is never cached."""
 
 
 PARSE_ERROR: Final = -32700

@@ -6,13 +6,16 @@ reason: never a caller, a token, an argument or a body.
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from collections.abc import Iterable
+from typing import Any, Final, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram
 
 from .store import EvictionReason, ResponseCache
 
 _SHARED_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+KEYED_HEADER_NAMES: Final = 32
+"""At most this many header names become `header` label values; later ones are `other`."""
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -35,12 +38,23 @@ class Metrics:
         )
         self.entries = Gauge(
             "mcpcache_cache_entries",
-            "Entries in the shared cache.",
+            "Live (unexpired) entries in the shared cache.",
             registry=self.registry,
         )
         self.bytes = Gauge(
             "mcpcache_cache_bytes",
-            "Bytes of stored results in the shared cache.",
+            "Bytes of live (unexpired) results in the shared cache.",
+            registry=self.registry,
+        )
+        self.expired_entries = Gauge(
+            "mcpcache_cache_expired_entries",
+            "Expired entries still held: kept for stale answers, or not yet dropped "
+            "(they go first when space is needed).",
+            registry=self.registry,
+        )
+        self.expired_bytes = Gauge(
+            "mcpcache_cache_expired_bytes",
+            "Bytes of expired entries still held.",
             registry=self.registry,
         )
         self.max_entries = Gauge(
@@ -79,6 +93,15 @@ class Metrics:
             ["server", "cause"],
             registry=self.registry,
         )
+        self.keyed_header_misses = Counter(
+            "mcpcache_keyed_header_misses",
+            "Misses by each request header in their key beyond the identity headers, the "
+            "session and the version (the first 32 names seen, then 'other'). A header "
+            "counted on every miss, such as a per-request id, keeps every call a miss "
+            "until the server's ignoreHeaders names it.",
+            ["server", "header"],
+            registry=self.registry,
+        )
         self.config_reloads = Counter(
             "mcpcache_config_reloads",
             "Configuration file reloads, by result.",
@@ -92,6 +115,7 @@ class Metrics:
             self.config_reloads.labels(result)
         self._request_children: dict[tuple[str, str, str], Any] = {}
         self._latency_children: dict[tuple[str, str], Any] = {}
+        self._keyed_header_names: set[str] = set()
 
     def count(self, server: str, method: str, outcome: str) -> None:
         """Count one request; the labelled child is looked up once per combination."""
@@ -109,6 +133,18 @@ class Metrics:
             child = self._latency_children[key] = self.upstream_latency.labels(*key)
         child.observe(seconds)
 
+    def count_keyed_headers(self, server: str, names: Iterable[str]) -> None:
+        """Count one miss under each extra keyed header it had. Header names come from
+        callers: only `KEYED_HEADER_NAMES` of them become label values."""
+        seen = self._keyed_header_names
+        for name in names:
+            if name not in seen:
+                if len(seen) >= KEYED_HEADER_NAMES:
+                    name = "other"
+                else:
+                    seen.add(name)
+            self.keyed_header_misses.labels(server, name).inc()
+
     def record_eviction(self, reason: EvictionReason) -> None:
         self.evictions.labels(reason).inc()
 
@@ -125,8 +161,10 @@ class Metrics:
 
     def watch_cache(self, cache: ResponseCache) -> None:
         """Read the cache gauges from `cache` when /metrics is scraped, not per request."""
-        self.entries.set_function(lambda: len(cache))
-        self.bytes.set_function(lambda: cache.currsize)
+        self.entries.set_function(lambda: cache.census().entries)
+        self.bytes.set_function(lambda: cache.census().bytes)
+        self.expired_entries.set_function(lambda: cache.census().expired_entries)
+        self.expired_bytes.set_function(lambda: cache.census().expired_bytes)
         self.max_entries.set_function(lambda: cache.max_entries)
         self.max_bytes.set_function(lambda: cache.max_bytes)
 

@@ -9,17 +9,27 @@ name. Requests must name a loopback host (or one the config allows), and a brows
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 
+_AUTHORITY = re.compile(r"(\[[0-9a-f:.]+\]|[^:\[\]]+)(?::[0-9]*)?")
+"""RFC 3986's `host [":" port]`, the host a bracketed IPv6 address or a name: nothing
+may follow the port, or the bracket (`localhost:3500.evil` and `[::1].evil` are names of
+somebody else's)."""
+
+
 def _hostname(authority: str) -> str:
-    """The host part of a `Host` header value, without port or IPv6 brackets."""
-    if authority.startswith("["):
-        return authority[1 : authority.find("]")] if "]" in authority else authority
-    return authority.rsplit(":", 1)[0] if authority.count(":") == 1 else authority
+    """The host part of a `Host` header value, without port or IPv6 brackets; "" for a
+    value that is not a well-formed authority (it then matches no allowed host)."""
+    match = _AUTHORITY.fullmatch(authority)
+    if match is None:
+        return ""
+    host = match.group(1)
+    return host[1:-1] if host.startswith("[") else host
 
 
 class OriginPolicy:

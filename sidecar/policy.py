@@ -8,13 +8,18 @@ sidecar has learned of the server's tools. The proxy asks; nothing else decides.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple
 
 from .config import Server, ToolRule
-from .headers import cache_directives, repeated_or_hidden
+from .headers import (
+    NOT_KEY_MATERIAL,
+    cache_directives,
+    connection_named,
+    forwarded,
+    repeated_or_hidden,
+)
 from .hints import ToolHints
 from .key import cache_key, secret_digest
 from .messages import (
@@ -35,6 +40,7 @@ BYPASS_FWD: Final[dict[BypassReason, str]] = {
     "request_state": "request",  # the request itself rules the cache out
     "task": "request",  # the caller asked for a task: the work must run
     "inexact_number": "request",  # a number the key could not tell apart from another
+    "positional_params": "request",  # params as an array: the key reads objects only
     "tool_rule": "bypass",  # the tool's rule turns caching off (or the tool writes)
     "not_read_only": "bypass",  # onlyReadOnlyTools, and the tool is not known read-only
 }
@@ -43,6 +49,7 @@ BYPASS_FWD: Final[dict[BypassReason, str]] = {
 BYPASS_DETAIL: Final[dict[BypassReason, str]] = {
     "tool_rule": "tool-rule",
     "not_read_only": "not-read-only",
+    "positional_params": "positional-params",
 }
 """`detail` values that tell apart bypasses sharing one `fwd`."""
 
@@ -57,13 +64,6 @@ ROUTING_HEADERS: Final = frozenset({"mcp-method", "mcp-name"})
 _KEYED_BY_BODY: Final = ROUTING_HEADERS | {"accept", "accept-encoding"}
 """Headers a `Vary` may name without making an answer unstorable: the routing headers
 must equal the body (checked before lookup), and every answer has one media type."""
-CREDENTIAL_LIKE: Final = re.compile(
-    r"auth|token|key|secret|session|cookie|passw|credential|signature|user|tenant|account"
-)
-"""Header names that look like they identify someone. Such a header is keyed on even
-when `identityHeaders` does not list it: a credential the upstream sees must never be
-left out of the key because nobody thought to list it (fail closed)."""
-_NOT_CREDENTIALS: Final = frozenset({"user-agent"})
 
 
 class RequestRefused(ValueError):
@@ -117,6 +117,8 @@ def bypass_reason(server: Server, message: Message) -> BypassReason | None:
             return "method"
     elif message.method not in CACHEABLE_METHODS:
         return "method"
+    if message.positional:
+        return "positional_params"
     params = message.params
     if not REQUEST_STATE_PARAMS.isdisjoint(params):
         return "request_state"
@@ -156,21 +158,49 @@ def learns_tools(server: Server, message: Message) -> bool:
     return message.method == "tools/list" and server.cache.only_read_only_tools
 
 
-def keyed_headers(server: Server, headers: Mapping[str, str]) -> frozenset[str]:
-    """Every request header the key depends on: the configured identity headers, any
-    header present whose name looks like a credential, the session and the version."""
-    return _keyed(server.cache.identity_headers, tuple(headers))
+def keyed_headers(
+    server: Server, headers: Mapping[str, str], hidden: frozenset[str] = frozenset()
+) -> frozenset[str]:
+    """Every request header the key depends on: each one present that reaches the
+    upstream (`hidden`: those a `Connection` header keeps from it), but for the few that
+    cannot carry identity or change the answer and the server's `ignoreHeaders`; and the
+    identity headers, the session and the version whether present or not."""
+    cache = server.cache
+    return _keyed(cache.identity_headers, cache.ignore_headers, tuple(headers), hidden)
 
 
 @functools.lru_cache(maxsize=512)
-def _keyed(identity_headers: tuple[str, ...], present: tuple[str, ...]) -> frozenset[str]:
+def _keyed(
+    identity_headers: tuple[str, ...],
+    ignored: tuple[str, ...],
+    present: tuple[str, ...],
+    hidden: frozenset[str],
+) -> frozenset[str]:
     # Memoised: a client sends the same header names on every call.
-    looks_like = {
+    material = {
         name
         for name in present
-        if CREDENTIAL_LIKE.search(name) is not None and name not in _NOT_CREDENTIALS
+        if forwarded(name)
+        and name not in NOT_KEY_MATERIAL
+        and name not in ignored
+        and name not in hidden
     }
-    return frozenset({*identity_headers, *looks_like, SESSION_HEADER, PROTOCOL_HEADER})
+    return frozenset({*material, *identity_headers, SESSION_HEADER, PROTOCOL_HEADER})
+
+
+@functools.lru_cache(maxsize=64)
+def unambiguous_headers(identity_headers: tuple[str, ...]) -> frozenset[str]:
+    """Headers a request must send at most once and must not hide behind `Connection`:
+    the credentials, the session and the version (servers differ in which copy of a
+    repeated credential they read), and the routing headers. Any other keyed header is
+    keyed on exactly as sent, every copy in order."""
+    return frozenset({*identity_headers, SESSION_HEADER, PROTOCOL_HEADER, *ROUTING_HEADERS})
+
+
+def extra_keyed_headers(server: Server, keyed: frozenset[str]) -> frozenset[str]:
+    """The keyed headers beyond the identity headers, the session and the version: what
+    an operator looks at when calls that should hit keep missing."""
+    return keyed - unambiguous_headers(server.cache.identity_headers)
 
 
 def session_scope(server: Server, session_id: str) -> str:
@@ -178,14 +208,28 @@ def session_scope(server: Server, session_id: str) -> str:
     return secret_digest(f"{server.name}\0{session_id}")
 
 
-def identity(server: Server, headers: Mapping[str, str], keyed: frozenset[str]) -> dict[str, str]:
-    """Who is asking, as key material: a digest of each keyed header present (they are
-    credentials, the session id too) and the protocol version as it is."""
+def identity(
+    server: Server,
+    headers: Mapping[str, str],
+    keyed: frozenset[str],
+    raw_headers: Sequence[tuple[str, str]] = (),
+) -> dict[str, str]:
+    """Who is asking, as key material: a digest of each keyed header present (any of
+    them may be a credential, the session id too) and the protocol version as it is. A
+    header sent more than once (`raw_headers`) is keyed on every copy in order, so that
+    two copies never share an entry with one header holding both values."""
     material = {
         f"header:{name}": secret_digest(headers[name])
         for name in keyed
         if name in headers and name != PROTOCOL_HEADER
     }
+    if len(raw_headers) > len(headers):
+        copies: dict[str, list[str]] = {}
+        for name, value in raw_headers:
+            copies.setdefault(name.lower(), []).append(value)
+        for name, values in copies.items():
+            if len(values) > 1 and f"header:{name}" in material:
+                material[f"header:{name}"] = secret_digest("\n".join(values))
     if PROTOCOL_HEADER in headers:
         material["protocol"] = headers[PROTOCOL_HEADER]
     return material
@@ -214,14 +258,16 @@ def plan(
     if reason is not None:
         invalidates = rule.invalidates if rule is not None else ()
         return Bypass(reason, invalidates, learns_tools(server, message))
-    keyed = keyed_headers(server, headers)
+    hidden: frozenset[str] = frozenset()
     # Only a request with a repeated header or a `Connection` header can be ambiguous.
     if len(raw_headers) != len(headers) or "connection" in headers:
-        problem = repeated_or_hidden(raw_headers, keyed | ROUTING_HEADERS)
+        problem = repeated_or_hidden(raw_headers, unambiguous_headers(cache.identity_headers))
         if problem is not None:
             raise RequestRefused(problem)
+        hidden = frozenset(connection_named(raw_headers))
+    keyed = keyed_headers(server, headers, hidden)
     assert message.method is not None
-    who = identity(server, headers, keyed)
+    who = identity(server, headers, keyed, raw_headers)
     ignored = rule.ignore_arguments if rule is not None else ()
     key = cache_key(server.name, message.method, message.params, app_id, who, ignored)
     session_id = headers.get(SESSION_HEADER)
@@ -346,6 +392,14 @@ def stale_on_error(server: Server, expires_at: float, now: float) -> bool:
     return now < expires_at + (server.cache.stale_if_error or 0.0)
 
 
-def write_happened(verdict: Verdict) -> bool:
-    """Whether a write tool's answer leaves open that it changed something."""
+def write_happened(verdict: Verdict, status: int) -> bool:
+    """Whether a write tool's answer leaves open that it changed something.
+
+    No: a 4xx (the upstream refused the request before acting on it: unauthenticated,
+    malformed, unknown session), a JSON-RPC error, an `isError` result, or a call waiting
+    for input. Yes: any other end once the upstream accepted the request — a result, a
+    5xx, a stream that broke off or ended without an answer, an answer too large to read
+    to its end — since the write may have been done before it."""
+    if 400 <= status < 500:
+        return False
     return verdict.reason not in FAILED_CALL

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import cachetools
 import orjson
 from starlette.types import ASGIApp
 
@@ -45,13 +46,17 @@ from .metrics import Metrics
 from .notices import Notice
 from .origin import OriginPolicy
 from .relay import Call, Relay
-from .responses import ForwardedResponse, StreamedResponse
+from .responses import BrokenBody, ForwardedResponse, StreamedResponse
 from .session_ids import SessionRequestIds, Ticket
 from .shared import SharedTier
 from .store import Entry, ResponseCache
 from .upstream import UpstreamClient, UpstreamFailure, UpstreamResponse
 
 logger = logging.getLogger("mcpcache.sidecar")
+
+ENDED_SESSIONS_KEPT = 4096
+"""How many ended legacy sessions are remembered, so that an answer still in flight
+when its session ended is not stored after the session's entries were dropped."""
 
 FOLLOW_BOUND = 1 << 20
 """How much of a write's or a `tools/list`'s answer is decoded to see how it ended."""
@@ -83,6 +88,9 @@ class Proxy:
         """This sidecar's name in `Via`: a request that already carries it has looped."""
         self.via = f"1.1 {self.via_token}"
         self.session_ids = SessionRequestIds()
+        self._ended_sessions: cachetools.LRUCache[str, bool] = cachetools.LRUCache(
+            ENDED_SESSIONS_KEPT
+        )
         self.coalescer = Coalescer()
 
     async def aclose(self) -> None:
@@ -117,42 +125,57 @@ class Proxy:
         if entry is not None:
             self.metrics.count(server.name, method, "hit")
             return HitResponse.of(entry, message.id, self.cache.timer())
+        generation = None
         if self.shared is not None and not plan.session:
             # Answers given inside a legacy session end with it: they stay in memory.
-            entry = await self._shared_lookup(self.shared, config.app_id, server, message, plan.key)
+            entry, generation = await self._shared_lookup(self.shared, config.app_id, server, plan)
             if entry is not None:
                 self.metrics.count(server.name, method, "hit")
                 return HitResponse.of(entry, message.id, self.cache.timer(), shared=True)
-        request = Request(incoming, server, message, raw, plan, method, config.app_id)
+        extra = policy.extra_keyed_headers(server, plan.keyed)
+        if extra:
+            self.metrics.count_keyed_headers(server.name, extra)
+        request = Request(incoming, server, message, raw, plan, method, config.app_id, generation)
         return await self._miss(request)
 
     async def _shared_lookup(
-        self, shared: SharedTier, app_id: str, server: Server, message: Message, key: str
-    ) -> Entry | None:
-        """The shared tier's entry for `key` (verified there), copied into memory for
-        the rest of its life (never longer than this sidecar would keep such an answer);
-        None on a miss or when Redis is out of reach."""
-        longest = policy.storage_ttl(server, Verdict(None), {}, message.method)
-        found = await shared.get(app_id, server.name, key, server.cache.effective_max_size, longest)
-        if found is None:
-            return None
-        value, remaining = found
+        self, shared: SharedTier, app_id: str, server: Server, plan: policy.Lookup
+    ) -> tuple[Entry | None, bytes | None]:
+        """The shared tier's entry for this lookup (verified there), copied into memory
+        for the rest of its life, as long as its own policy allows (a tool rule's TTL
+        included) and never longer than Redis says is left; None on a miss or when Redis
+        is out of reach. With it, the server's generation in the tier as the lookup read
+        it (None: unknown), under which an answer fetched now is written there.
+
+        The copy is filed under the lookup's scope, as an answer fetched here would be,
+        so that every removal (a purge, a write's invalidation, a notification) finds
+        it; an entry read while entries of the server were being removed is not used."""
+        epoch = self.invalidator.epoch(server.name)
+        found = await shared.get(
+            app_id, server.name, plan.key, server.cache.effective_max_size, plan.ttl
+        )
+        if self.invalidator.epoch(server.name) != epoch:
+            return None, None
+        value, remaining = found.entry, found.remaining
+        if value is None:
+            return None, found.generation
         age = max(0.0, shared.clock() - value.stored_at)
         entry = self.cache.store(
-            key,
+            plan.key,
             value.result,
             value.event_stream,
             remaining,
             keep_stale=server.cache.keep_stale,
             ttl_at=value.ttl_at,
             age=age,
+            scope=plan.scope,
         )
         if entry is None:  # larger than the whole memory budget: served, not kept
             now = self.cache.timer()
             entry = Entry(
                 value.result, value.event_stream, now - age, now + remaining, ttl_at=value.ttl_at
             )
-        return entry
+        return entry, found.generation
 
     def _route(self, incoming: Incoming, config: SidecarConfig, server_name: str) -> Server:
         """The listener's guards, then the named server."""
@@ -198,7 +221,7 @@ class Proxy:
             follows = bool(plan.invalidates) or plan.learn_tools
             bound = FOLLOW_BOUND if follows else 0
             capture = ResponseCapture(message.id, response.event_stream, bound)
-            on_final = self._follower(server, plan, capture)
+            on_final = self._follower(server, plan, capture, response.status)
         relay = Relay(
             response,
             call,
@@ -220,7 +243,7 @@ class Proxy:
         return StreamedResponse(response.status, headers, status, relay.stream(prefix))
 
     def _follower(
-        self, server: Server, plan: policy.Bypass, capture: ResponseCapture
+        self, server: Server, plan: policy.Bypass, capture: ResponseCapture, status: int
     ) -> Callable[[Verdict, bool], Verdict] | None:
         """What to do once a forwarded request's answer is known, if anything."""
         if plan.invalidates:
@@ -229,7 +252,7 @@ class Proxy:
 
             def invalidate(verdict: Verdict, event_stream: bool) -> Verdict:
                 nonlocal done
-                if not done and policy.write_happened(verdict):
+                if not done and policy.write_happened(verdict, status):
                     self.invalidator.tools(server.name, globs, "write")
                 done = True
                 return verdict
@@ -383,7 +406,9 @@ class Proxy:
             flight.settle(_outcome(status, capture, Verdict(refused)))
 
         def store(verdict: Verdict, event_stream: bool) -> Verdict:
-            if ticket is not None and ticket.reused and verdict.reason is None:
+            if ticket is not None and ticket.reused:
+                # Whatever it says, the answer may be another request's: neither kept
+                # nor handed to followers (an error or an uncached result included).
                 verdict = Verdict("id_reused")
             if verdict.reason is None and self.invalidator.epoch(server.name) != epoch:
                 verdict = Verdict("invalidated")  # fetched before entries were dropped
@@ -424,7 +449,10 @@ class Proxy:
                 return
             too_large = cache_status.forwarded("miss", cache_status.detail("too_large"))
             flight.open_head(Head(status, headers_out, too_large, prefix))
-        await relay.deliver(flight.deliver)
+        try:
+            await relay.deliver(flight.deliver)
+        except BrokenBody:
+            flight.break_off()
 
     def _failure_error(
         self, server: Server, failure: UpstreamFailure, request_id: Any
@@ -530,13 +558,17 @@ class Proxy:
             return
         ended = incoming.method == "DELETE" and 200 <= response.status < 300
         if ended or response.status == 404:
-            self.cache.purge_session(policy.session_scope(server, session))
+            scope = policy.session_scope(server, session)
+            self._ended_sessions[scope] = True
+            self.cache.purge_session(scope)
 
     def _store(self, request: Request, verdict: Verdict, event_stream: bool, ttl: float) -> Verdict:
         """Store a storable answer in memory and, only if memory kept it and it belongs
         to no legacy session, in the shared tier (without waiting for it); count why not
         otherwise."""
         server, lookup = request.server, request.lookup
+        if verdict.reason is None and lookup.session and lookup.session in self._ended_sessions:
+            verdict = Verdict("invalidated")  # its session ended while it was upstream
         if verdict.reason is None:
             stored = self.cache.store(
                 lookup.key,
@@ -550,7 +582,7 @@ class Proxy:
             )
             if stored is None:
                 verdict = Verdict("over_budget")
-            elif self.shared is not None and not lookup.session:
+            elif self.shared is not None and not lookup.session and request.generation is not None:
                 self.shared.put(
                     request.app_id,
                     server.name,
@@ -559,6 +591,7 @@ class Proxy:
                     event_stream,
                     ttl,
                     server.cache.effective_max_size,
+                    request.generation,
                 )
         if verdict.reason is not None:
             self.metrics.not_stored.labels(server.name, verdict.reason).inc()
@@ -578,6 +611,9 @@ class Request:
     """Its metrics label."""
     app_id: str
     """The caller's app id when it arrived (the shared tier files its answer under it)."""
+    generation: bytes | None = None
+    """The server's generation in the shared tier when it was looked up there (None: not
+    looked up, or unknown): its answer is written there under it, or not at all."""
 
     @property
     def key(self) -> str:
@@ -590,7 +626,8 @@ def _outcome(status: int, capture: ResponseCapture, verdict: Verdict) -> Outcome
     if share == "failed":
         if status >= 500:
             return Outcome("failed", upstream_status=status)
-        return Outcome("failed", failure=ENDED_EARLY)
+        # A body that timed out is a timeout to the followers too (a 504, not a 502).
+        return Outcome("failed", failure=capture.failure or ENDED_EARLY)
     if share == "alone" or capture.final is None:
         return ALONE
     final = capture.final

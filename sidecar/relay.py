@@ -24,6 +24,7 @@ from .errors import UPSTREAM_UNAVAILABLE, error_body
 from .messages import Verdict, frame_event
 from .metrics import Metrics
 from .notices import Notice, NoticeWatch
+from .responses import BrokenBody
 from .upstream import UpstreamFailure, UpstreamResponse
 
 logger = logging.getLogger("mcpcache.sidecar")
@@ -98,6 +99,8 @@ class Relay:
         return cache_status.forwarded("miss", cache_status.detail(reason))
 
     async def stream(self, prefix: bytes) -> AsyncGenerator[bytes, None]:
+        """The body from `prefix` on; raises `BrokenBody` (after a closing error event, on
+        an unanswered event stream) when the upstream's body breaks off."""
         error: BaseException | None = None
         try:
             if prefix:
@@ -111,6 +114,9 @@ class Relay:
             error = exc
             if self._unanswered():
                 yield self._error_event(f"failed mid-stream: {exc.cause_name}")
+            # Whatever was sent, it is not the whole answer: the client must see a broken
+            # transfer, not an ended one.
+            raise BrokenBody(exc.cause_name) from exc
         except BaseException as exc:  # client went away: cancelled or closed
             error = exc
             raise
@@ -160,7 +166,8 @@ class Relay:
         await self.response.aclose()
         capture = self.capture
         if capture is not None and self.on_final is not None and self.verdict is None:
-            verdict = capture.finish() if error is None else capture.fail()
+            failure = error if isinstance(error, UpstreamFailure) else None
+            verdict = capture.finish() if error is None else capture.fail(failure)
             self.verdict = self.on_final(verdict, capture.event_stream)
         if self.on_done is not None:
             self.on_done()

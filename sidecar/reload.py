@@ -94,6 +94,7 @@ class ConfigSource:
             "cache",
             "allowed_hosts",
             "header_timeout",
+            "send_timeout",
             "max_connections",
         ):
             if getattr(old, field) != getattr(new, field):

@@ -5,15 +5,32 @@ A framework response would do the same with more layers: a streamed one would st
 task group before its first byte. Here the headers go out at once, and one small task
 watches for the client leaving, which ends the stream (and so releases the upstream
 connection) even while no bytes flow.
+
+A body that breaks off after the headers went out is never ended as if it were whole:
+the connection is reset instead of sending the last chunk, so that every HTTP client
+sees a broken transfer rather than a short answer with a 200. (ASGI has no message for
+this; the listener's protocol lends each request an `ABORT` extension that resets the
+connection, and any other server closes it when the app raises.)
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
+from typing import Final
 
 import anyio
 from starlette.types import Receive, Scope, Send
+
+ABORT: Final = "mcpcache.abort"
+"""The scope extension (a callable) that resets the request's connection at once."""
+ABORT_GRACE: Final = 1.0
+"""Seconds to wait, after a reset, for the server to see the connection gone."""
+
+
+class BrokenBody(Exception):
+    """The upstream's body broke off after the answer's headers were sent."""
+
 
 _NO_CONTENT = frozenset({204, 304})
 """Statuses whose answers never carry `Content-Length` (nor do 1xx)."""
@@ -63,6 +80,7 @@ class StreamedResponse:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = self.body
+        broken = False
         try:
             await send(
                 {"type": "http.response.start", "status": self.status, "headers": self.headers}
@@ -73,10 +91,26 @@ class StreamedResponse:
                     async for chunk in body:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     await send({"type": "http.response.body", "body": b""})
+                except BrokenBody:
+                    broken = True
                 finally:
                     watcher.cancel()
+            if broken:
+                await _abort(scope, receive)
         finally:
             await body.aclose()
+
+
+async def _abort(scope: Scope, receive: Receive) -> None:
+    """Reset the connection, then wait (briefly) for the server to see it gone, so that
+    it neither ends the body nor reports an app that left a response unfinished."""
+    abort: Callable[[], None] | None = scope.get("extensions", {}).get(ABORT)
+    if abort is None:
+        raise BrokenBody("the upstream's body broke off")  # the server closes the connection
+    abort()
+    with anyio.move_on_after(ABORT_GRACE):
+        while (await receive())["type"] != "http.disconnect":
+            pass
 
 
 async def _until_disconnect(receive: Receive, stream: anyio.CancelScope) -> None:

@@ -8,7 +8,38 @@ stored: it could be stored under the other request's key, for another user to re
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+
+def id_name(request_id: Any) -> str:
+    """One name for every spelling a server may take for the same id.
+
+    Servers differ in how they tell ids apart: some compare them as text (`7` and `"7"`
+    are one id), the TypeScript SDK by numeric value (`1`, `1.0` and `1e0` are one id, and
+    so are two integers a double cannot tell apart). The name is the loosest of these
+    readings, so that any two ids some server could confuse share it: a number, or text
+    that reads as one, is named by its value as a double."""
+    number: float | None = None
+    if isinstance(request_id, int | float) and not isinstance(request_id, bool):
+        number = _as_double(request_id)
+    elif isinstance(request_id, str):
+        try:
+            number = float(request_id.strip())
+        except ValueError:
+            number = None
+    if number is None or not math.isfinite(number):
+        return str(request_id)
+    if number == 0:
+        return "0"  # -0.0 and 0 are one value
+    return repr(number)
+
+
+def _as_double(value: int | float) -> float | None:
+    try:
+        return float(value)
+    except OverflowError:  # an integer past a double's range: no server reads it as one
+        return None
 
 
 class Ticket:
@@ -26,8 +57,7 @@ class SessionRequestIds:
         self._open: dict[tuple[str, str], list[Ticket]] = {}
 
     def begin(self, session_scope: str, request_id: Any) -> Ticket:
-        # Servers compare ids as text: 7 and "7" are the same request to them.
-        ticket = Ticket((session_scope, str(request_id)))
+        ticket = Ticket((session_scope, id_name(request_id)))
         same = self._open.setdefault(ticket.name, [])
         same.append(ticket)
         if len(same) > 1:

@@ -12,7 +12,15 @@ configured timeout; after `FAILURES_TO_OPEN` failures in a row the tier is skipp
 never delay an answer: they run as tasks of their own, at most `MAX_PENDING_WRITES` at a
 time, and those still running at shutdown get one timeout to finish.
 
-What is stored is a framed value: a version marker, an echo of the key, a flag, the
+Removals and late writes. Writes run in the background and a removal is a SCAN, so a
+write can land after the SCAN that should have removed it (or after Redis, paused,
+comes back). Each server of an app therefore has a generation in Redis, a random token
+that every removal replaces before it scans; a lookup reads the entry and the
+generation in one round trip, an answer fetched after it is stored with the generation it saw,
+and an entry stored under another generation is never served. A write that lands late
+is dead on arrival.
+
+What is stored is a framed value: a version marker, an echo of the key and generation, a flag, the
 result's wall-clock timestamps and length, then the result bytes (the JSON-RPC `result`
 value, never headers, tokens or the caller's id). A value read back is verified before
 it is served — the marker, the key echo, the length, and that the result is one JSON
@@ -28,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import struct
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -51,13 +60,15 @@ logger = logging.getLogger("mcpcache.sidecar.shared")
 
 T = TypeVar("T")
 
-MAGIC: Final = b"mcpcache/1\n"
+MAGIC: Final = b"mcpcache/2\n"
 """The framing and version marker every stored value starts with."""
 _HEAD: Final = struct.Struct("!BddI")  # flags, stored_at, expires_at, result length
 _EVENT_STREAM: Final = 1
 KEY_LENGTH: Final = 64
 """A cache key is a hex sha256."""
-_OVERHEAD: Final = len(MAGIC) + KEY_LENGTH + 1 + _HEAD.size
+GENERATION_LENGTH: Final = 16
+"""A generation is 16 hex digits, or empty before the server's first removal."""
+_OVERHEAD: Final = len(MAGIC) + KEY_LENGTH + 2 + GENERATION_LENGTH + _HEAD.size
 
 FAILURES_TO_OPEN: Final = 3
 MAX_PENDING_WRITES: Final = 64
@@ -65,6 +76,17 @@ MAX_CONNECTIONS: Final = 32
 
 State = Literal["closed", "open", "half_open"]
 Kind = Literal["timeout", "connection", "response"]
+
+
+@dataclass(frozen=True, slots=True)
+class SharedRead:
+    """What one lookup found: the verified entry (None on a miss) with its remaining life,
+    and the server's generation as it was read (None when Redis was out of reach: an
+    answer fetched after such a lookup is not written, its generation being unknown)."""
+
+    entry: SharedEntry | None
+    remaining: float
+    generation: bytes | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,23 +101,34 @@ class SharedEntry:
     """Where the result's `ttlMs` value starts (see `messages.encode_result`), 0: none."""
 
 
+def _echo(key: str, generation: bytes) -> bytes:
+    return b"".join((key.encode("ascii"), b":", generation, b"\n"))
+
+
 def encode(
-    key: str, result: bytes, event_stream: bool, stored_at: float, expires_at: float
+    key: str,
+    result: bytes,
+    event_stream: bool,
+    stored_at: float,
+    expires_at: float,
+    generation: bytes = b"",
 ) -> bytes:
     flags = _EVENT_STREAM if event_stream else 0
     head = _HEAD.pack(flags, stored_at, expires_at, len(result))
-    return b"".join((MAGIC, key.encode("ascii"), b"\n", head, result))
+    return b"".join((MAGIC, _echo(key, generation), head, result))
 
 
-def decode(value: bytes, key: str) -> SharedEntry | None:
-    """The entry `value` holds for `key`, or None when it is not a value this tier wrote
-    for this key. Pure."""
+def decode(value: bytes, key: str, generation: bytes = b"") -> SharedEntry | None:
+    """The entry `value` holds for `key` in this `generation` of its server, or None
+    when it is not a value this tier wrote for this key since the server's last removal.
+    Pure."""
     start = len(MAGIC)
-    head_at = start + KEY_LENGTH + 1
+    echo = _echo(key, generation)
+    head_at = start + len(echo)
     body_at = head_at + _HEAD.size
     if len(value) < body_at or not value.startswith(MAGIC):
         return None
-    if value[start:head_at] != key.encode("ascii") + b"\n":
+    if value[start:head_at] != echo:
         return None
     flags, stored_at, expires_at, length = _HEAD.unpack_from(value, head_at)
     result = value[body_at:]
@@ -224,6 +257,7 @@ class SharedTier:
             socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0),  # the breaker decides when to try again
         )
+        self._pool = pool
         self._redis = aioredis.Redis.from_pool(pool)
         self._breaker = Breaker(settings.retry_after, on_change=self._breaker_changed)
         self._pending: set[asyncio.Future[object]] = set()
@@ -239,36 +273,44 @@ class SharedTier:
     def redis_key(self, app_id: str, server: str, key: str) -> str:
         return f"{self.app_prefix(app_id)}{server}:{key}"
 
+    def generation_key(self, app_id: str, server: str) -> str:
+        """Where a server's generation lives: beside the apps' prefixes, never under one
+        (`@` is always quoted in an app id), so that no purge pattern removes it."""
+        return f"{self._prefix}@generation:{quote(app_id, safe='')}:{server}"
+
     # Operations
 
     async def get(
         self, app_id: str, server: str, key: str, max_size: int, max_ttl: float
-    ) -> tuple[SharedEntry, float] | None:
+    ) -> SharedRead:
         """The verified entry for `key` and its remaining life in seconds (at most
-        `max_ttl`, the server's own TTL), or None: a miss, a refused value, or Redis
-        out of reach."""
+        `max_ttl`, what the entry's own policy allows), with the server's generation;
+        no entry on a miss, a refused value, or Redis out of reach."""
         name = self.redis_key(app_id, server, key)
-        value = await self._run("get", lambda: self._redis.get(name))
-        if isinstance(value, _Failed):
-            self.metrics.lookups.labels("error" if value is not _SKIPPED else "skipped").inc()
-            return None
+        generation_name = self.generation_key(app_id, server)
+        values = await self._run("get", partial(self._get_two, name, generation_name))
+        if isinstance(values, _Failed):
+            self.metrics.lookups.labels("error" if values is not _SKIPPED else "skipped").inc()
+            return SharedRead(None, 0.0, None)
+        value, generation = values
+        generation = generation if isinstance(generation, bytes) else b""
         if value is None:
             self.metrics.lookups.labels("miss").inc()
-            return None
+            return SharedRead(None, 0.0, generation)
         entry = None
         if isinstance(value, bytes) and len(value) <= max_size + _OVERHEAD:
-            entry = decode(value, key)
+            entry = decode(value, key, generation)
         if entry is None or len(entry.result) > max_size:
             self.metrics.lookups.labels("refused").inc()
             logger.warning("shared cache: refused a stored value", extra={"server": server})
             self._spawn(partial(self._run, "delete", partial(self._unlink, [name])))
-            return None
+            return SharedRead(None, 0.0, generation)
         remaining = min(entry.expires_at - self.clock(), max_ttl)
         if not remaining > 0:  # expired by this host's clock, or the server's TTL is 0
             self.metrics.lookups.labels("miss").inc()
-            return None
+            return SharedRead(None, 0.0, generation)
         self.metrics.lookups.labels("hit").inc()
-        return entry, remaining
+        return SharedRead(entry, remaining, generation)
 
     def put(
         self,
@@ -279,13 +321,15 @@ class SharedTier:
         event_stream: bool,
         ttl: float,
         max_size: int,
+        generation: bytes,
     ) -> None:
         """Store a result the memory tier has just stored, for its remaining `ttl`,
-        without waiting for Redis."""
+        without waiting for Redis, in the `generation` its lookup saw (the value is dead
+        if a removal came between)."""
         if len(result) > max_size or ttl <= 0:
             return
         now = self.clock()
-        value = encode(key, result, event_stream, now, now + ttl)
+        value = encode(key, result, event_stream, now, now + ttl, generation)
         if not self._spawn(partial(self._put, self.redis_key(app_id, server, key), value, ttl)):
             self.metrics.stores.labels("dropped").inc()
 
@@ -298,7 +342,12 @@ class SharedTier:
         return 0 if isinstance(removed, _Failed) else removed
 
     async def delete_server(self, app_id: str, server: str) -> int:
-        """Remove every entry of one server for one app, for every caller (a purge)."""
+        """Remove every entry of one server for one app, for every caller (a purge): a
+        new generation first, which kills every value stored before it (written late
+        or not), then a SCAN that frees their memory."""
+        generation = secrets.token_hex(GENERATION_LENGTH // 2)
+        name = self.generation_key(app_id, server)
+        await self._run("set", lambda: self._redis.set(name, generation))
         return await self._delete_matching(
             _glob_escape(f"{self.app_prefix(app_id)}{server}:") + "*"
         )
@@ -312,7 +361,8 @@ class SharedTier:
             )
 
     async def clear(self, app_id: str) -> int:
-        """Remove every entry of one app."""
+        """Remove every entry of one app (its servers' generations stay as they are: a
+        late write is not fenced off; `delete_server` is what a purge uses)."""
         return await self._delete_matching(_glob_escape(self.app_prefix(app_id)) + "*")
 
     def warm_up(self) -> None:
@@ -374,6 +424,15 @@ class SharedTier:
             if cursor == 0:
                 return removed
 
+    async def _get_two(self, name: str, other: str) -> list[object]:
+        """Two GETs in one round trip: a pipeline, not MGET, so that the ACL a namespace
+        needs stays `+get` and the two keys need not share a cluster slot."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.get(name)
+            pipe.get(other)
+            values: list[object] = await pipe.execute()
+        return values
+
     async def _scan(self, cursor: int, pattern: str) -> tuple[int, list[bytes]]:
         next_cursor, names = await self._redis.scan(cursor, match=pattern, count=500)
         return int(next_cursor), [n for n in names if isinstance(n, bytes)]
@@ -394,6 +453,8 @@ class SharedTier:
             kind = _kind(exc)
             self.metrics.errors.labels(op, kind).inc()
             self._breaker.failure()
+            if kind == "connection":
+                self._drop_idle_connections()
             logger.debug(
                 "shared cache operation failed",
                 extra={"op": op, "kind": kind, "error": type(exc).__name__},
@@ -412,6 +473,19 @@ class SharedTier:
         task.add_done_callback(self._pending.discard)
         return True
 
+    def _drop_idle_connections(self) -> None:
+        """Close the pool's idle connections (they reconnect when next used). After a
+        connection failure, or when Redis is back from one, they may be dead sockets the
+        server has closed: the pool hands out its most recent connections first, so
+        without this they would hold their descriptors until a burst drained the pool."""
+        self._spawn(self._disconnect_idle)
+
+    async def _disconnect_idle(self) -> None:
+        try:
+            await self._pool.disconnect(inuse_connections=False)
+        except Exception as exc:  # closing a dead socket may fail; it is closed all the same
+            logger.debug("shared cache: closing idle connections", extra={"error": repr(exc)})
+
     def _breaker_changed(self, state: State) -> None:
         self.metrics.breaker.state(state)
         if state == "open":
@@ -421,3 +495,4 @@ class SharedTier:
             )
         elif state == "closed":
             logger.info("shared cache available again", extra={"redis": self.where})
+            self._drop_idle_connections()

@@ -73,6 +73,17 @@ class Entry:
         return memoryview(self.result)[: self.ttl_at], b"%d}" % left
 
 
+class Census(NamedTuple):
+    """What the cache holds at one moment: live entries (fresh: a lookup may return
+    them) and expired ones still kept (for stale answers, or not yet dropped: expired
+    entries are dropped lazily, and are the first to go when space is needed)."""
+
+    entries: int
+    bytes: int
+    expired_entries: int
+    expired_bytes: int
+
+
 def _entry_size(entry: Entry) -> int:
     return entry.size
 
@@ -118,6 +129,17 @@ class ResponseCache(cachetools.Cache[str, Entry]):
                 self._remove(key, "expired")
             return None
         return entry
+
+    def census(self) -> Census:
+        """Live and expired entries and bytes, counted without changing anything (a
+        scan: for scrapes and stats, never the request path)."""
+        now = self.timer()
+        entries = size = 0
+        for entry in self.values():
+            if entry.expires_at > now:
+                entries += 1
+                size += entry.size
+        return Census(entries, size, len(self) - entries, int(self.currsize) - size)
 
     def get_stale(self, key: str) -> Entry | None:
         """The entry for `key` if it has expired but is still within its stale window."""

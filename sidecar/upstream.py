@@ -55,11 +55,14 @@ class UpstreamResponse:
         self.event_stream = media_type(self.header_map) == EVENT_STREAM
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        """The body's bytes as they arrive; a failure mid-body is `UpstreamFailure`."""
+        """The body's bytes as they arrive; a failure mid-body is `UpstreamFailure`:
+        `timeout` when no byte came within the read timeout, `broken` otherwise."""
         try:
             async for chunk in self._response.content.iter_any():
                 yield chunk
-        except (TimeoutError, aiohttp.ClientError) as exc:
+        except TimeoutError as exc:  # aiohttp's read timeout is a ClientError as well
+            raise UpstreamFailure("timeout", exc) from exc
+        except aiohttp.ClientError as exc:
             raise UpstreamFailure("broken", exc) from exc
         self._complete = True
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import httpx
@@ -72,3 +73,8 @@ def sse_messages(response: httpx.Response) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return messages
+
+
+def unique() -> str:
+    """A fresh name: for arguments no other test sends, sessions, gates."""
+    return uuid.uuid4().hex

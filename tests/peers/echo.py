@@ -4,8 +4,8 @@ For what the SDK server cannot be told to do: set cookies, `Vary` and `Cache-Con
 on an answer, answer with a task handle, or stream one enormous event. The tool's
 arguments choose the answer's extra headers (`respond_headers`), its result shape
 (`result`, or `result_json` for JSON text put in as it is; `error` for a JSON-RPC error
-response instead), a gate to wait on (`hold`) and, for `huge_event`, the size of a
-single event-stream event it streams.
+response instead), its HTTP status (`status`), a gate to wait on (`hold`) and, for
+`huge_event`, the size of a single event-stream event it streams.
 Every request's headers are recorded.
 """
 
@@ -77,7 +77,7 @@ class EchoUpstream:
         await send(
             {
                 "type": "http.response.start",
-                "status": 200,
+                "status": int(arguments.get("status", 200)),
                 "headers": [(b"content-type", b"application/json"), *extra],
             }
         )

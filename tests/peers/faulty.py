@@ -6,10 +6,16 @@ loopback socket. Each request's path picks the fault:
 
 - `/status-500`: an HTTP 500 with a JSON-RPC error body.
 - `/reset-mid-stream`: SSE headers, one progress event, then a TCP reset.
+- `/reset-mid-chunked-stream`: as `/reset-mid-stream`, the stream chunked (a length-
+  delimited body whose end can be told from a break).
+- `/stall-after-head?gate=NAME`: SSE headers and one progress event, then nothing until
+  the test opens the gate (an upstream that stops answering mid-stream).
 - `/truncated-event`: SSE headers, half an event, then a clean close.
 - `/resumable-end`: SSE headers, one progress event with an event id, then a clean
   close before the answer (a client may resume such a stream).
 - `/cut-json`: a JSON body announced as 1000 bytes, closed after 100 (a broken body).
+- `/cut-long-json?announced=N&sent=M`: a JSON answer announced as N bytes, closed after
+  M (an upstream that dies in the middle of a large answer).
 - `/gated-json?bytes=N&gate=NAME`: a JSON body of N bytes, the first half at once, the
   rest when the test opens the gate (and never before: a relay that waited for the
   whole body would wait until the client gives up).
@@ -91,12 +97,26 @@ class FaultyUpstream:
             conn.sendall(_head(200, "text/event-stream") + PROGRESS)
             # SO_LINGER with a zero timeout turns close() into a TCP reset.
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        elif fault == "reset-mid-chunked-stream":
+            head = _head(200, "text/event-stream").replace(
+                b"connection: close", b"transfer-encoding: chunked"
+            )
+            conn.sendall(head + b"%x\r\n%s\r\n" % (len(PROGRESS), PROGRESS))
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        elif fault == "stall-after-head":
+            conn.sendall(_head(200, "text/event-stream") + PROGRESS)
+            self.gate(query["gate"][0]).wait()  # `stop` opens every gate
         elif fault == "truncated-event":
             conn.sendall(_head(200, "text/event-stream") + b'event: message\ndata: {"jsonrpc":')
         elif fault == "resumable-end":
             conn.sendall(_head(200, "text/event-stream") + b"id: 1\n" + PROGRESS)
         elif fault == "cut-json":
             conn.sendall(_head(200, "application/json", 1000) + b'{"jsonrpc":"2.0",' * 6)
+        elif fault == "cut-long-json":
+            announced, sent = int(query["announced"][0]), int(query["sent"][0])
+            body = b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"'
+            body += b"c" * (sent - len(body))
+            conn.sendall(_head(200, "application/json", announced) + body)
         elif fault == "gated-json":
             size = int(query["bytes"][0])
             body = b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"'

@@ -10,7 +10,6 @@ import json
 import socket
 import tracemalloc
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -19,21 +18,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from peers.clients import LEGACY, call_body, call_headers, mcp_client, post
-from peers.echo import EchoUpstream, who_answered
-from peers.serving import ServedApp, async_wait_until, served
+from peers.echo import who_answered
+from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar, one_server
 
 
-@pytest.fixture(scope="module")
-def echo() -> Iterator[tuple[EchoUpstream, ServedApp]]:
-    peer = EchoUpstream()
-    with served(peer, lifespan="off") as app:
-        yield peer, app
-
-
 @pytest.fixture
-def sidecar_on_echo(make_sidecar, echo) -> RunningSidecar:
-    sidecar: RunningSidecar = make_sidecar(one_server(echo[1].base_url + "/mcp", name="echo"))
+def sidecar_on_echo(make_sidecar, echo_upstream) -> RunningSidecar:
+    sidecar: RunningSidecar = make_sidecar(
+        one_server(echo_upstream[1].base_url + "/mcp", name="echo")
+    )
     return sidecar
 
 
@@ -50,8 +44,10 @@ def unique() -> str:
     return uuid.uuid4().hex
 
 
-async def test_a_cookie_one_caller_was_given_never_reaches_another(sidecar_on_echo, echo) -> None:
-    peer, _ = echo
+async def test_a_cookie_one_caller_was_given_never_reaches_another(
+    sidecar_on_echo, echo_upstream
+) -> None:
+    peer, _ = echo_upstream
     cookie = [["set-cookie", "session=alice-secret; Path=/"]]
     alice = await call(
         sidecar_on_echo, {"q": unique(), "respond_headers": cookie}, authorization="Bearer alice"
@@ -75,9 +71,9 @@ async def test_a_cookie_one_caller_was_given_never_reaches_another(sidecar_on_ec
     ],
 )
 async def test_users_told_apart_by_any_identity_header_never_share_an_entry(
-    sidecar_on_echo, echo, header: str
+    sidecar_on_echo, echo_upstream, header: str
 ) -> None:
-    peer, _ = echo
+    peer, _ = echo_upstream
     arguments = {"q": unique()}
     first = await call(sidecar_on_echo, arguments, **{header: "user-one"})
     calls = peer.calls
@@ -90,8 +86,8 @@ async def test_users_told_apart_by_any_identity_header_never_share_an_entry(
     assert peer.calls == calls + 1
 
 
-async def test_configured_identity_headers_separate_users(make_sidecar, echo) -> None:
-    _peer, app = echo
+async def test_configured_identity_headers_separate_users(make_sidecar, echo_upstream) -> None:
+    _peer, app = echo_upstream
     sidecar = make_sidecar(
         one_server(app.base_url + "/mcp", name="echo", identityHeaders=["X-Tenant"])
     )
@@ -117,9 +113,9 @@ async def test_configured_identity_headers_separate_users(make_sidecar, echo) ->
     ],
 )
 async def test_answers_a_shared_cache_must_not_keep_are_not_stored(
-    sidecar_on_echo, echo, headers: list[list[str]], detail: str
+    sidecar_on_echo, echo_upstream, headers: list[list[str]], detail: str
 ) -> None:
-    peer, _ = echo
+    peer, _ = echo_upstream
     arguments = {"q": unique(), "respond_headers": headers}
     for request_id in (1, 2):
         response = await call(sidecar_on_echo, arguments, request_id, authorization="Bearer a")
@@ -148,9 +144,9 @@ async def test_answers_varying_only_on_what_the_key_holds_are_stored(
 
 
 async def test_max_age_shortens_the_entry_and_the_hit_carries_no_upstream_cookie(
-    make_sidecar, echo
+    make_sidecar, echo_upstream
 ) -> None:
-    _, app = echo
+    _, app = echo_upstream
     sidecar = make_sidecar(
         one_server(app.base_url + "/mcp", name="echo", ttl="60s", ignoreSetCookie=True)
     )
@@ -168,8 +164,8 @@ async def test_max_age_shortens_the_entry_and_the_hit_carries_no_upstream_cookie
     assert "set-cookie" not in hit.headers
 
 
-async def test_protocol_versions_never_share_an_entry(sidecar_on_echo, echo) -> None:
-    peer, _ = echo
+async def test_protocol_versions_never_share_an_entry(sidecar_on_echo, echo_upstream) -> None:
+    peer, _ = echo_upstream
     arguments = {"q": unique()}
     await call(sidecar_on_echo, arguments, mcp_protocol_version="2026-07-28")
     calls = peer.calls
@@ -188,9 +184,9 @@ async def test_protocol_versions_never_share_an_entry(sidecar_on_echo, echo) -> 
     ],
 )
 async def test_numbers_a_double_cannot_hold_never_share_an_entry(
-    sidecar_on_echo, echo, one: str, other: str
+    sidecar_on_echo, echo_upstream, one: str, other: str
 ) -> None:
-    peer, _app = echo
+    peer, _app = echo_upstream
     calls = peer.calls
     statuses = []
     for number in (one, other):
@@ -219,8 +215,8 @@ async def test_numbers_a_double_cannot_hold_never_share_an_entry(
         [("mcp-session-id", "s"), ("connection", "keep-alive, Mcp-Session-Id")],
     ],
 )
-async def test_ambiguous_credentials_are_refused(sidecar_on_echo, echo, headers) -> None:
-    peer, _ = echo
+async def test_ambiguous_credentials_are_refused(sidecar_on_echo, echo_upstream, headers) -> None:
+    peer, _ = echo_upstream
     calls = peer.calls
     base = list(call_headers("t").items())
     async with httpx.AsyncClient(timeout=30) as http:
@@ -235,8 +231,10 @@ async def test_ambiguous_credentials_are_refused(sidecar_on_echo, echo, headers)
     assert peer.calls == calls
 
 
-async def test_task_requests_and_task_results_are_never_cached(sidecar_on_echo, echo) -> None:
-    _peer, _ = echo
+async def test_task_requests_and_task_results_are_never_cached(
+    sidecar_on_echo, echo_upstream
+) -> None:
+    _peer, _ = echo_upstream
     body = call_body(1, "t", {"q": unique()})
     body["params"]["task"] = {"ttl": 60000}
     statuses = [
@@ -251,8 +249,8 @@ async def test_task_requests_and_task_results_are_never_cached(sidecar_on_echo, 
     assert len(sidecar_on_echo.sidecar.cache) == 0
 
 
-async def test_origin_null_is_refused(sidecar_on_echo, echo) -> None:
-    peer, _ = echo
+async def test_origin_null_is_refused(sidecar_on_echo, echo_upstream) -> None:
+    peer, _ = echo_upstream
     calls = peer.calls
     response = await call(sidecar_on_echo, {"q": "x"}, origin="null")
     assert response.status_code == 403
@@ -260,8 +258,10 @@ async def test_origin_null_is_refused(sidecar_on_echo, echo) -> None:
     assert peer.calls == calls
 
 
-async def test_a_request_that_already_passed_this_sidecar_is_refused(sidecar_on_echo, echo) -> None:
-    peer, _ = echo
+async def test_a_request_that_already_passed_this_sidecar_is_refused(
+    sidecar_on_echo, echo_upstream
+) -> None:
+    peer, _ = echo_upstream
     await call(sidecar_on_echo, {"q": unique()})
     via = peer.seen[-1]["via"]
     calls = peer.calls
@@ -291,8 +291,10 @@ async def test_legacy_session_answers_stay_in_their_session(make_sidecar, upstre
 
 
 @pytest.mark.parametrize("in_lines", [False, True], ids=["one-line", "many-lines"])
-async def test_one_huge_event_is_relayed_without_being_held(make_sidecar, echo, in_lines) -> None:
-    _, app = echo
+async def test_one_huge_event_is_relayed_without_being_held(
+    make_sidecar, echo_upstream, in_lines
+) -> None:
+    _, app = echo_upstream
     sidecar = make_sidecar({"servers": [{"name": "echo", "url": app.base_url + "/mcp"}]})
     size = 30 << 20
     gc.collect()
@@ -317,8 +319,10 @@ async def test_one_huge_event_is_relayed_without_being_held(make_sidecar, echo, 
     assert peak < 8 << 20, f"relaying one {size >> 20} MiB event held {peak >> 20} MiB"
 
 
-async def test_connections_that_never_finish_their_request_are_closed(make_sidecar, echo) -> None:
-    _, app = echo
+async def test_connections_that_never_finish_their_request_are_closed(
+    make_sidecar, echo_upstream
+) -> None:
+    _, app = echo_upstream
     document = one_server(app.base_url + "/mcp", name="echo") | {"headerTimeout": "300ms"}
     sidecar = make_sidecar(document)
     for port in (sidecar.port, sidecar.metrics_port):
@@ -343,11 +347,11 @@ async def test_connections_that_never_finish_their_request_are_closed(make_sidec
 
 
 async def test_a_request_answered_before_its_body_ended_still_has_a_deadline(
-    make_sidecar, echo
+    make_sidecar, echo_upstream
 ) -> None:
     """An early answer (a 404 for a path it never reads the body of) must not stop the
     clock: a client that sends the rest of its body afterwards, then nothing, is closed."""
-    _, app = echo
+    _, app = echo_upstream
     document = one_server(app.base_url + "/mcp", name="echo") | {"headerTimeout": "300ms"}
     sidecar = make_sidecar(document)
     sock = socket.create_connection(("127.0.0.1", sidecar.port), timeout=5)
@@ -362,10 +366,12 @@ async def test_a_request_answered_before_its_body_ended_still_has_a_deadline(
         sock.close()
 
 
-async def test_a_pipelined_request_is_not_cut_off_while_it_is_answered(make_sidecar, echo) -> None:
+async def test_a_pipelined_request_is_not_cut_off_while_it_is_answered(
+    make_sidecar, echo_upstream
+) -> None:
     """Two requests sent back to back: the second, read whole while the first was being
     answered, may take longer than the header timeout to answer; it is not a slow request."""
-    peer, app = echo
+    peer, app = echo_upstream
     document = one_server(app.base_url + "/mcp", name="echo") | {"headerTimeout": "300ms"}
     sidecar = make_sidecar(document)
     gates = [unique(), unique()]
@@ -395,11 +401,11 @@ async def test_a_pipelined_request_is_not_cut_off_while_it_is_answered(make_side
 
 
 async def test_answers_to_a_reused_id_in_one_session_are_never_stored(
-    sidecar_on_echo, echo
+    sidecar_on_echo, echo_upstream
 ) -> None:
     """Two users of one legacy session send id 7 at once: a server routing answers by id
     may give either answer to either request, so neither may be stored."""
-    peer, _ = echo
+    peer, _ = echo_upstream
     gate = unique()
     calls = peer.calls
     session = "shared-" + unique()

@@ -185,18 +185,32 @@ def test_no_cache_on_an_event_stream_is_the_streams_convention_not_a_refusal() -
     assert refusal == "no_store"
 
 
-def test_headers_that_look_like_credentials_are_keyed_even_when_not_listed() -> None:
+def test_every_forwarded_header_is_keyed_unless_it_cannot_change_the_answer() -> None:
     message = request(name="t", arguments={})
     keys = {
         plan(server(identityHeaders=["authorization"]), message, headers).key
-        for headers in ({"x-auth-token": "alice"}, {"x-auth-token": "bob"}, {"x-tenant-id": "a"})
+        for headers in (
+            {"x-auth-token": "alice"},
+            {"x-auth-token": "bob"},
+            {"x-tenant-id": "a"},
+            {"user-agent": "a"},
+            {"x-request-id": "1"},
+        )
     }
-    assert len(keys) == 3
+    assert len(keys) == 5
     neutral = {
         plan(server(), message, headers).key
-        for headers in ({"user-agent": "a"}, {"user-agent": "b"}, {"x-request-id": "1"})
+        for headers in (
+            {"traceparent": "00-a-b-01"},
+            {"traceparent": "00-c-d-01", "tracestate": "v=1"},
+            {"accept": "application/json, text/event-stream"},
+            {"x_api_key": "never forwarded"},
+            {},
+        )
     }
     assert len(neutral) == 1
+    ignoring = server(ignoreHeaders=["x-request-id"])
+    assert len({plan(ignoring, message, {"x-request-id": n}).key for n in "12"}) == 1
 
 
 def test_routing_headers_sent_twice_are_refused() -> None:

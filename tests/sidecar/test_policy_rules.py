@@ -49,12 +49,13 @@ def test_the_key_is_made_of_server_method_params_caller_and_identity() -> None:
     identity = {
         "header:authorization": secret_digest("Bearer a"),
         "header:mcp-session-id": secret_digest("s-1"),
+        "header:user-agent": secret_digest("agent/1"),  # any forwarded header (fail closed)
         "protocol": "2025-06-18",
     }
     assert decided.key == cache_key("docs", "tools/call", message.params, "agent", identity)
     assert decided.session == policy.session_scope(server(), "s-1")
     assert decided.keyed == frozenset(
-        {*server().cache.identity_headers, "mcp-session-id", "mcp-protocol-version"}
+        {*server().cache.identity_headers, "mcp-session-id", "mcp-protocol-version", "user-agent"}
     )
     assert plan(message, {}).session == ""
     assert policy.identity(server(), {}, decided.keyed) == {}
@@ -209,17 +210,23 @@ def test_stale_windows_run_from_expiry_for_their_length(
 
 
 @pytest.mark.parametrize(
-    ("reason", "wrote"),
+    ("reason", "status", "wrote"),
     [
-        ("error", False),
-        ("tool_error", False),
-        ("input_required", False),
-        (None, True),
-        ("too_large", True),
-        ("incomplete", True),
+        ("error", 200, False),
+        ("tool_error", 200, False),
+        ("input_required", 200, False),
+        (None, 200, True),
+        ("too_large", 200, True),
+        ("incomplete", 200, True),
+        ("upstream_status", 500, True),
+        ("incomplete", 502, True),
+        ("upstream_status", 401, False),
+        ("incomplete", 400, False),
+        ("incomplete", 404, False),
+        ("upstream_status", 429, False),
     ],
 )
 def test_a_write_may_have_happened_unless_its_answer_says_it_did_not(
-    reason: str | None, wrote: bool
+    reason: str | None, status: int, wrote: bool
 ) -> None:
-    assert policy.write_happened(Verdict(reason)) is wrote  # type: ignore[arg-type]
+    assert policy.write_happened(Verdict(reason), status) is wrote  # type: ignore[arg-type]

@@ -4,11 +4,13 @@ a changed purge marker in the followed config file."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import subprocess
 import sys
+import threading
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -240,3 +242,70 @@ async def test_a_changed_purge_marker_in_the_file_drops_that_servers_entries(
     async with mcp_client(sidecar.url("docs"), headers=ALICE) as client:
         await client.call_tool("echo", {"text": text})
     assert peer.calls["echo"] == echoes + 1
+
+
+class _Impostor(http.server.BaseHTTPRequestHandler):
+    """A proxy that answers every request itself, as if it were the sidecar."""
+
+    seen: ClassVar[list[str]] = []
+
+    def _answer(self) -> None:
+        _Impostor.seen.append(self.path)
+        body = json.dumps({"server": "docs", "purged": 42}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_the_cli_talks_to_the_sidecar_even_with_a_proxy_in_the_environment(
+    filled, monkeypatch
+) -> None:
+    sidecar, text, uris = filled
+    await fill(sidecar, text, uris)
+    impostor = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Impostor)
+    threading.Thread(target=impostor.serve_forever, daemon=True).start()
+    try:
+        proxy = f"http://127.0.0.1:{impostor.server_address[1]}"
+        for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+            monkeypatch.setenv(name, proxy)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        purged = await asyncio.to_thread(cli, sidecar, "purge", "--server", "docs")
+    finally:
+        impostor.shutdown()
+        impostor.server_close()
+    assert purged.returncode == 0, purged.stderr
+    assert purged.stdout.strip() == "purged 4 entries of server docs"
+    assert _Impostor.seen == []
+
+
+async def test_expired_entries_are_reported_apart_and_reading_stats_drops_nothing(
+    make_sidecar, upstream
+) -> None:
+    _, app = upstream
+    document = two_servers(app.base_url + "/mcp")
+    document["servers"][0]["cache"] = {"enabled": True, "ttl": "1s", "staleIfError": "1h"}
+    sidecar = make_sidecar(document)
+    async with mcp_client(sidecar.url("docs"), headers=ALICE) as client:
+        await client.call_tool("echo", {"text": unique()})
+    async with mcp_client(sidecar.url("other"), headers=ALICE) as client:
+        await client.call_tool("echo", {"text": unique()})
+    assert sidecar.sample("mcpcache_cache_entries") == 2
+    await async_wait_until(
+        lambda: sidecar.sample("mcpcache_cache_entries") == 1, what="one entry to expire"
+    )
+    for _ in range(2):  # reading twice: the first read changed nothing
+        stats = (await admin(sidecar, "stats")).json()
+        assert (stats["entries"], stats["expiredEntries"]) == (1, 1)
+        assert stats["servers"]["docs"]["entries"] == 0
+        assert stats["servers"]["other"]["entries"] == 1
+        assert sidecar.sample("mcpcache_cache_expired_entries") == 1
+        assert sidecar.sample("mcpcache_cache_expired_bytes") > 0
+    assert len(sidecar.sidecar.cache) == 2, "the expired entry is kept for stale answers"

@@ -182,7 +182,12 @@ async def test_a_refresh_carries_exactly_the_triggering_requests_headers(
     make_sidecar, json_upstream
 ) -> None:
     peer, app = json_upstream
-    sidecar = make_sidecar(one_server(app.base_url + "/mcp", ttl="1s", staleWhileRevalidate="1m"))
+    # `x-turn` is forwarded but, ignored, not keyed: both turns ask for one entry.
+    sidecar = make_sidecar(
+        one_server(
+            app.base_url + "/mcp", ttl="1s", staleWhileRevalidate="1m", ignoreHeaders=["x-turn"]
+        )
+    )
     arguments: dict[str, Any] = {}
     credential = f"Bearer {unique()}"
     await call(sidecar, "headers", arguments, authorization=credential, **{"x-turn": "first"})

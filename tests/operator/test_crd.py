@@ -159,3 +159,41 @@ def test_valid_tool_rules_are_accepted_by_both_as_written(control_plane, namespa
         "search_*",
         "get_?",
     )
+
+
+@pytest.mark.parametrize(
+    ("cache", "complaint"),
+    [
+        ({"ignoreHeaders": ["Authorization"]}, "ignoreHeaders cannot name"),
+        ({"ignoreHeaders": ["mcp-session-id"]}, "ignoreHeaders cannot name"),
+        ({"ignoreHeaders": ["x request id"]}, "spec.cache.ignoreHeaders[0]"),
+        ({"identityHeaders": ["x-a", "x-a"]}, "spec.cache.identityHeaders"),
+    ],
+)
+def test_header_lists_are_refused_by_the_crd_and_the_config_model_alike(
+    control_plane, namespace, cache, complaint
+) -> None:
+    objects = client.CustomObjectsApi(control_plane.api_client())
+    body = mcpserver("headers", enabled=True, **cache)
+    with pytest.raises(ApiException) as refused:
+        objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    assert refused.value.status == 422
+    assert complaint in refused.value.body
+    if "identityHeaders" not in cache:  # the model takes a repeated name once
+        with pytest.raises(ValidationError):
+            ServerCache.model_validate(cache)
+
+
+def test_header_lists_are_accepted_by_both_as_written(control_plane, namespace) -> None:
+    objects = client.CustomObjectsApi(control_plane.api_client())
+    cache = {
+        "enabled": True,
+        "identityHeaders": ["Authorization", "X-Tenant"],
+        "ignoreHeaders": ["X-Request-Id"],
+    }
+    created = objects.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, mcpserver("headers", **cache)
+    )
+    assert created["spec"]["cache"]["ignoreHeaders"] == ["X-Request-Id"]
+    model = ServerCache.model_validate(created["spec"]["cache"])
+    assert model.ignore_headers == ("x-request-id",)

@@ -153,3 +153,25 @@ def test_stale_windows_and_metadata_ttl_reach_the_sidecar() -> None:
     assert server is not None
     assert server.cache.metadata_ttl == 300
     assert (server.cache.stale_if_error, server.cache.stale_while_revalidate) == (600, 30)
+
+
+def test_identity_and_ignored_headers_reach_the_sidecar() -> None:
+    cache = {
+        **SPEC["cache"],
+        "identityHeaders": ["Authorization", "X-Tenant"],
+        "ignoreHeaders": ["X-Request-Id"],
+    }
+    effective = effective_server("docs", {**SPEC, "cache": cache})
+    assert effective.server is not None
+    server = parse_servers_file(render_config([effective.server]), environ={}).server("docs")
+    assert server is not None
+    assert server.cache.identity_headers == ("authorization", "x-tenant")
+    assert server.cache.ignore_headers == ("x-request-id",)
+
+
+def test_ignoring_an_identity_header_makes_the_server_not_ready_with_the_reason() -> None:
+    cache = {**SPEC["cache"], "identityHeaders": ["x-tenant"], "ignoreHeaders": ["X-Tenant"]}
+    effective = effective_server("docs", {**SPEC, "cache": cache})
+    assert effective.server is None
+    assert effective.error is not None
+    assert "ignoreHeaders cannot name x-tenant" in effective.error

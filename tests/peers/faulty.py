@@ -6,8 +6,8 @@ loopback socket. Each request's path picks the fault:
 
 - `/status-500`: an HTTP 500 with a JSON-RPC error body.
 - `/reset-mid-stream`: SSE headers, one progress event, then a TCP reset.
-- `/reset-mid-chunked-stream`: as `/reset-mid-stream`, the stream chunked (a length-
-  delimited body whose end can be told from a break).
+- `/reset-mid-chunked-stream[?gate=NAME]`: as `/reset-mid-stream`, the stream chunked (a
+  body whose end can be told from a break); with a gate, the reset waits for it.
 - `/stall-after-head?gate=NAME`: SSE headers and one progress event, then nothing until
   the test opens the gate (an upstream that stops answering mid-stream).
 - `/truncated-event`: SSE headers, half an event, then a clean close.
@@ -102,6 +102,8 @@ class FaultyUpstream:
                 b"connection: close", b"transfer-encoding: chunked"
             )
             conn.sendall(head + b"%x\r\n%s\r\n" % (len(PROGRESS), PROGRESS))
+            if "gate" in query:
+                self.gate(query["gate"][0]).wait()
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         elif fault == "stall-after-head":
             conn.sendall(_head(200, "text/event-stream") + PROGRESS)

@@ -147,3 +147,39 @@ async def test_followers_of_a_leader_whose_upstream_timed_out_get_a_timeout(
         assert faulty.requests == requests + 1
     finally:
         faulty.gate(gate).set()
+
+
+async def test_followers_of_a_leader_whose_stream_broke_get_an_error_not_a_short_answer(
+    make_sidecar, faulty
+) -> None:
+    """The leader's stream stalls, then breaks off before the answer: the request that
+    waited for it gets a 502 of its own, never the leader's partial bytes as a 200."""
+    gate = uuid.uuid4().hex
+    server = {
+        "name": "s",
+        "url": faulty.url(f"reset-mid-chunked-stream?gate={gate}"),
+        "cache": {"enabled": True},
+    }
+    sidecar = make_sidecar({"servers": [server]})
+    body = call_body(1, "t", {"q": uuid.uuid4().hex})
+    requests = faulty.requests
+
+    async def leader() -> None:
+        async with (
+            httpx.AsyncClient(timeout=10) as http,
+            http.stream("POST", sidecar.url("s"), json=body, headers=call_headers("t")) as r,
+        ):
+            with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+                await r.aread()
+
+    leading = asyncio.ensure_future(leader())
+    try:
+        await async_wait_until(lambda: faulty.requests == requests + 1, what="the leader's call")
+        following = asyncio.ensure_future(post(sidecar.url("s"), body, call_headers("t"), 10))
+        await async_wait_until(lambda: sidecar.waiting() >= 1, what="the follower")
+    finally:
+        faulty.gate(gate).set()  # the upstream resets the stream
+    answer = await asyncio.wait_for(following, 10)
+    assert answer.status_code == 502
+    assert answer.json()["error"]["code"] == -32001
+    await asyncio.wait_for(leading, 10)

@@ -16,8 +16,9 @@ killed together; clients leaving mid-stream, reading one byte a second, never fi
 their request. Everything runs on loopback; every loop is bounded by the run's length.
 
 Printed: calls by outcome, wrong answers, errors per fault window (and in the 15 s after
-each), RSS and open descriptors of both sidecars over time, cache bytes against the
-budget. Exit status 1 if any answer was wrong.
+each; a call counts in the window it was sent in), RSS and open descriptors of both
+sidecars over time, cache bytes against the budget. Exit status 1 if any answer was
+wrong.
 """
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ CACHE_BYTES = 8 << 20
 async def upstream_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """Answers every tools/call with who asked, what, and under which id. Arguments:
     `size` (bytes of text), `steps` (progress events on an event stream), `delay` (s),
-    `fail` (`tool` for isError, `rpc` for a JSON-RPC error), `die` (exit mid-answer)."""
+    `fail` (`tool` for isError, `rpc` for a JSON-RPC error). While the file that
+    `MCPCACHE_SOAK_DIE` names exists, a large JSON answer is cut off by the process
+    exiting in the middle of it."""
     if scope["type"] != "http":
         return
     body = b""
@@ -117,7 +120,7 @@ async def upstream_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             ],
         }
     )
-    if arguments.get("die"):
+    if len(encoded) > 100_000 and dying():
         await send(
             {
                 "type": "http.response.body",
@@ -128,6 +131,18 @@ async def upstream_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await asyncio.sleep(0.05)
         os._exit(1)
     await send({"type": "http.response.body", "body": encoded})
+
+
+def dying() -> bool:
+    """Whether the fault window that kills the upstream mid-answer is open."""
+    return os.path.exists(os.environ.get("MCPCACHE_SOAK_DIE", "-"))
+
+
+def mark(path: Path, on: bool) -> None:
+    if on:
+        path.touch()
+    else:
+        path.unlink(missing_ok=True)
 
 
 def serve_upstream(port: int) -> None:
@@ -200,9 +215,10 @@ class Tally:
         self.fault = "none"
         self.samples: list[dict[str, Any]] = []
 
-    def error(self, kind: str) -> None:
+    def error(self, kind: str, window: str) -> None:
+        """An error of a call sent in `window` (the fault window when it started)."""
         self.outcomes[kind] += 1
-        self.errors_by_window[self.fault] += 1
+        self.errors_by_window[window] += 1
 
 
 def check(message: dict[str, Any], request_id: str, who: str, arguments: dict[str, Any]) -> str:
@@ -230,6 +246,7 @@ async def one_call(
     http: httpx.AsyncClient, url: str, tally: Tally, who: str, arguments: dict[str, Any]
 ) -> None:
     request_id = uuid.uuid4().hex
+    window = tally.fault
     params: dict[str, Any] = {"name": "t", "arguments": arguments}
     if arguments.get("steps"):
         params["_meta"] = {"progressToken": request_id}
@@ -244,16 +261,16 @@ async def one_call(
     try:
         response = await http.post(url, json=body, headers=headers)
     except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
-        tally.error("broken transfer")
+        tally.error("broken transfer", window)
         return
     except httpx.TimeoutException:
-        tally.error("timeout")
+        tally.error("timeout", window)
         return
     except httpx.ConnectError:
-        tally.error("sidecar unreachable")
+        tally.error("sidecar unreachable", window)
         return
     if response.status_code != 200:
-        tally.error(f"HTTP {response.status_code}")
+        tally.error(f"HTTP {response.status_code}", window)
         return
     status = response.headers.get("cache-status", "")
     outcome = "hit" if "hit" in status else "collapsed" if "collapsed" in status else "miss"
@@ -265,7 +282,7 @@ async def one_call(
         ]
         finals = [m for m in finals if "result" in m or "error" in m]
         if not finals:
-            tally.error("stream without answer")
+            tally.error("stream without answer", window)
             return
         message = finals[-1]
     else:
@@ -278,7 +295,7 @@ async def one_call(
     if verdict == "ok":
         tally.outcomes[outcome] += 1
     elif verdict == "upstream-error":
-        tally.error("error event")
+        tally.error("error event", window)
     else:
         tally.wrong.append(verdict)
 
@@ -321,6 +338,7 @@ async def misbehave(port: int, stop: float) -> None:
 
 
 async def drive(
+    die_marker: Path,
     args: argparse.Namespace,
     urls: list[str],
     procs: dict[str, Process],
@@ -356,8 +374,6 @@ async def drive(
                 arguments |= {"fail": kind}
             elif kind == "large":
                 arguments |= {"size": 400_000}
-            if tally.fault == "upstream killed mid-answer" and kind == "large":
-                arguments["die"] = True
             if kind == "burst":
                 arguments |= {"delay": 0.1}
                 await asyncio.gather(
@@ -400,10 +416,13 @@ async def drive(
                 procs["upstream"].signal(signal.SIGSTOP)
             if fault == "redis paused":
                 procs["redis"].signal(signal.SIGSTOP)
+            if fault == "upstream killed mid-answer":
+                mark(die_marker, True)
             if fault == "clients misbehave":
                 await misbehave(int(urls[0].split(":")[2].split("/")[0]), stop)
             else:
                 await asyncio.sleep(max(0.0, stop - time.monotonic()))
+            mark(die_marker, False)
             for proc in procs.values():
                 proc.signal(signal.SIGCONT)
                 if not proc.alive():
@@ -432,6 +451,7 @@ def main() -> int:
         return 0
     redis_binary = shutil.which("redis-server") or "/usr/bin/redis-server"
     work = Path(tempfile.mkdtemp(prefix="mcpcache-soak-"))
+    os.environ["MCPCACHE_SOAK_DIE"] = str(work / "die")
     ports = {name: free_port() for name in ("upstream", "redis", "a", "b", "ma", "mb")}
     procs = {
         "upstream": Process(
@@ -495,7 +515,7 @@ def main() -> int:
         urls = [f"http://127.0.0.1:{ports[n]}/mcp/up" for n in ("a", "b")]
         metrics = [f"http://127.0.0.1:{ports['m' + n]}/metrics" for n in ("a", "b")]
         watched = [psutil.Process(s.process.pid) for s in sidecars.values() if s.process]
-        tally = asyncio.run(drive(args, urls, procs, watched, metrics))
+        tally = asyncio.run(drive(work / "die", args, urls, procs, watched, metrics))
     finally:
         for proc in (*sidecars.values(), *procs.values()):
             proc.stop()

@@ -231,8 +231,7 @@ class ServerCache(_Model):
         if named:
             raise ValueError(
                 f"ignoreHeaders cannot name {', '.join(named)}: it carries identity or the "
-                "protocol and always stays in the key (scope: public on a tool rule is how "
-                "callers share entries)"
+                "protocol and always stays in the key"
             )
         return self
 

@@ -31,8 +31,9 @@ NOT_KEY_MATERIAL: Final = frozenset(
     {"accept", "content-type", "mcp-method", "mcp-name", "traceparent", "tracestate"}
 )
 """Forwarded request headers that are left out of the cache key, because they cannot
-carry identity or change the answer: framing and content negotiation (the body is keyed,
-and an answer has one media type whatever `Accept` admits), the routing headers (checked
+carry identity or change the answer: framing and content negotiation (the body is keyed
+and goes up as `application/json` whatever the client said, and an answer has one media
+type whatever `Accept` admits), the routing headers (checked
 against the body before any lookup) and W3C trace context (new on every call). Every
 other header the upstream receives is key material: a header nobody listed may carry
 someone's identity (fail closed)."""
@@ -67,11 +68,20 @@ def forwarded(name: str) -> bool:
     return name not in NOT_FORWARDED and "_" not in name
 
 
-def forward_headers(headers: Iterable[tuple[str, str]], via: str) -> list[tuple[str, str]]:
+def forward_headers(
+    headers: Iterable[tuple[str, str]], via: str, json_body: bool = False
+) -> list[tuple[str, str]]:
     """Request headers for the upstream: all but hop-by-hop ones and those the client
     library sets, plus this hop's `Via`. `Host` comes from the upstream URL: an MCP
-    server that guards against DNS rebinding then sees its own name, not the sidecar's."""
-    kept = [(k, v) for k, v in without(headers, frozenset()) if forwarded(k)]
+    server that guards against DNS rebinding then sees its own name, not the sidecar's.
+
+    `json_body`: the body is a JSON-RPC message the sidecar has read as UTF-8 JSON; it
+    goes up as plain `application/json`, so that the upstream reads the bytes the key was
+    made from (a `charset=utf-7` parameter would have some servers decode other params)."""
+    dropped = frozenset({"content-type"}) if json_body else frozenset()
+    kept = [(k, v) for k, v in without(headers, dropped) if forwarded(k)]
+    if json_body:
+        kept.append(("content-type", JSON))
     kept.append(("accept-encoding", "identity"))
     kept.append(("via", via))
     return kept

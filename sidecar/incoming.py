@@ -57,8 +57,11 @@ def _decode(scope_headers: Iterable[tuple[bytes, bytes]]) -> DecodedHeaders:
         found, remembered = None, False
     if found is not None:
         return found
-    raw = tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in pairs)
-    size = sum(len(k) + len(v) for k, v in raw)
+    # Values without the whitespace around them (RFC 9110's OWS, which some parsers
+    # keep): the key, the checks and the upstream then all see the value a server reads
+    # (`Mcp-Session-Id: "abc "` is session `abc` to a server that trims).
+    raw = tuple((k.decode("latin-1"), v.decode("latin-1").strip(" \t")) for k, v in pairs)
+    size = sum(len(k) + len(v) for k, v in pairs)
     decoded = (raw, MappingProxyType(joined(raw)), size)
     if remembered and len(raw) <= MEMO_MAX_HEADERS and size <= MEMO_HEADER_BYTES:
         if len(_decoded) >= MEMO_HEADERS:

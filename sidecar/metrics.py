@@ -9,13 +9,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final, get_args
 
+import cachetools
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram
 
 from .store import EvictionReason, ResponseCache
 
 _SHARED_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 KEYED_HEADER_NAMES: Final = 32
-"""At most this many header names become `header` label values; later ones are `other`."""
+"""At most this many header names (per sidecar) become `header` label values."""
+KEYED_HEADER_MISSES_FOR_A_NAME: Final = 8
+"""A name becomes a label value once it has been seen on this many misses: a header that
+keeps calls missing is soon named, while names a caller sends a few times (to fill the
+labels, say) stay `other`."""
+KEYED_HEADER_CANDIDATES: Final = 256
+"""Names counted towards a label value at most; the least recently seen are forgotten."""
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -96,9 +103,10 @@ class Metrics:
         self.keyed_header_misses = Counter(
             "mcpcache_keyed_header_misses",
             "Misses by each request header in their key beyond the identity headers, the "
-            "session and the version (the first 32 names seen, then 'other'). A header "
-            "counted on every miss, such as a per-request id, keeps every call a miss "
-            "until the server's ignoreHeaders names it.",
+            "session and the version (a name once seen on 8 misses, at most 32 names; "
+            "'other' for the rest). A header counted on every miss, such as a "
+            "per-request id, keeps every call a miss until the server's ignoreHeaders "
+            "names it.",
             ["server", "header"],
             registry=self.registry,
         )
@@ -116,6 +124,9 @@ class Metrics:
         self._request_children: dict[tuple[str, str, str], Any] = {}
         self._latency_children: dict[tuple[str, str], Any] = {}
         self._keyed_header_names: set[str] = set()
+        self._keyed_header_candidates: cachetools.LRUCache[str, int] = cachetools.LRUCache(
+            KEYED_HEADER_CANDIDATES
+        )
 
     def count(self, server: str, method: str, outcome: str) -> None:
         """Count one request; the labelled child is looked up once per combination."""
@@ -135,14 +146,18 @@ class Metrics:
 
     def count_keyed_headers(self, server: str, names: Iterable[str]) -> None:
         """Count one miss under each extra keyed header it had. Header names come from
-        callers: only `KEYED_HEADER_NAMES` of them become label values."""
-        seen = self._keyed_header_names
+        callers: a name becomes a label value only once seen on enough misses, and only
+        `KEYED_HEADER_NAMES` of them ever do."""
+        named, candidates = self._keyed_header_names, self._keyed_header_candidates
         for name in names:
-            if name not in seen:
-                if len(seen) >= KEYED_HEADER_NAMES:
+            if name not in named:
+                seen = candidates.get(name, 0) + 1
+                candidates[name] = seen
+                if seen < KEYED_HEADER_MISSES_FOR_A_NAME or len(named) >= KEYED_HEADER_NAMES:
                     name = "other"
                 else:
-                    seen.add(name)
+                    named.add(name)
+                    candidates.pop(name, None)
             self.keyed_header_misses.labels(server, name).inc()
 
     def record_eviction(self, reason: EvictionReason) -> None:

@@ -361,7 +361,7 @@ class Proxy:
     def _fetcher(self, request: Request) -> Callable[[Flight], Awaitable[None]]:
         """The upstream fetch for `request`, sent with exactly its own headers and body
         (whoever else waits for the answer, the credentials are this request's)."""
-        headers = forward_headers(request.incoming.raw_headers, self.via)
+        headers = forward_headers(request.incoming.raw_headers, self.via, json_body=True)
 
         async def fetch(flight: Flight) -> None:
             await self._fetch(flight, request, headers)
@@ -386,8 +386,8 @@ class Proxy:
                 "POST", server.url, headers, request.raw, server.timeout, server.timeout
             )
         except BaseException as exc:
-            if ticket is not None:
-                self.session_ids.end(ticket)
+            if ticket is not None:  # it may have reached the server: the id stays taken
+                self.session_ids.end(ticket, answered=False)
             if not isinstance(exc, UpstreamFailure):
                 raise
             self._upstream_failed(call, exc)
@@ -479,10 +479,10 @@ class Proxy:
             request_id,
         )
 
-    def _ender(self, ticket: Ticket | None) -> Callable[[], None] | None:
+    def _ender(self, ticket: Ticket | None) -> Callable[[bool], None] | None:
         if ticket is None:
             return None
-        return lambda: self.session_ids.end(ticket)
+        return lambda answered: self.session_ids.end(ticket, answered)
 
     def _ticket(self, incoming: Incoming, server: Server, request_id: Any) -> Ticket | None:
         """A ticket for this request's id in its legacy session; None outside one."""
@@ -504,8 +504,8 @@ class Proxy:
         try:
             call, response = await self._send(incoming, server, message, raw)
         except BaseException:
-            if ticket is not None:
-                self.session_ids.end(ticket)
+            if ticket is not None:  # it may have reached the server: the id stays taken
+                self.session_ids.end(ticket, answered=False)
             raise
         return call, response, ticket
 
@@ -523,7 +523,7 @@ class Proxy:
             response = await self.client.open(
                 incoming.method,
                 server.url,
-                forward_headers(incoming.raw_headers, self.via),
+                forward_headers(incoming.raw_headers, self.via, json_body=raw is not None),
                 raw,
                 server.timeout,
                 # A GET is the server's long-lived event stream: no idle limit on it.
@@ -560,6 +560,7 @@ class Proxy:
         if ended or response.status == 404:
             scope = policy.session_scope(server, session)
             self._ended_sessions[scope] = True
+            self.session_ids.forget_session(scope)
             self.cache.purge_session(scope)
 
     def _store(self, request: Request, verdict: Verdict, event_stream: bool, ttl: float) -> Verdict:

@@ -3,7 +3,8 @@
 Each chunk is shown to the response's `ResponseCapture` (when it has one) on its way.
 When the capture has seen the final answer, or the body ends, the relay reports it once
 through `on_final` (the verdict, and whether the answer was an event stream), whose
-returned verdict (stored, or why not) it keeps for `Cache-Status`. Notifications that say
+returned verdict (stored, or why not) it keeps for `Cache-Status`; and once the body is
+done, `on_done` learns whether the upstream answered. Notifications that say
 cached answers are out of date go to `on_notice` as they pass, before the client sees
 them. The relay never decides anything about the cache itself.
 """
@@ -49,7 +50,7 @@ class Relay:
         capture: ResponseCapture | None = None,
         on_final: Callable[[Verdict, bool], Verdict] | None = None,
         on_notice: Callable[[Notice], None] | None = None,
-        on_done: Callable[[], None] | None = None,
+        on_done: Callable[[bool], None] | None = None,
     ) -> None:
         self.response = response
         self.call = call
@@ -125,6 +126,14 @@ class Relay:
             with anyio.CancelScope(shield=True):
                 await self._close(error)
 
+    def _answered(self, error: BaseException | None) -> bool:
+        """Whether the upstream is done with the request: its body ended whole and, on
+        an event stream, carried the answer (a stream may end before it and be resumed)."""
+        if error is not None:
+            return False
+        capture = self.capture
+        return capture is None or not capture.event_stream or capture.answered
+
     def _unanswered(self) -> bool:
         """An event stream for a request ended without its response, and the client
         cannot resume it: end the call with an error now rather than let it wait."""
@@ -170,7 +179,7 @@ class Relay:
             verdict = capture.finish() if error is None else capture.fail(failure)
             self.verdict = self.on_final(verdict, capture.event_stream)
         if self.on_done is not None:
-            self.on_done()
+            self.on_done(self._answered(error))
         self._report(error)
 
     def _report(self, error: BaseException | None) -> None:

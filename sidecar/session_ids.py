@@ -4,12 +4,25 @@ A session's server routes each response to the request with that id; when one se
 carries two requests with the same id at once (two users of one shared session, say),
 the server may hand one request's answer to the other. Neither answer may then be
 stored: it could be stored under the other request's key, for another user to read.
+
+An id stays taken until the server is known to be done with it — its answer has passed —
+not merely until the sidecar stops relaying: a request the sidecar gave up on (a
+timeout, a client that left, a broken body) may still be running upstream, and its
+answer would go to the next request with that id. Such an id stays taken for
+`ABANDONED_SECONDS` (or until its session ends), at most `ABANDONED_KEPT` of them.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+import cachetools
+
+ABANDONED_SECONDS: Final = 600.0
+ABANDONED_KEPT: Final = 4096
 
 
 def id_name(request_id: Any) -> str:
@@ -53,8 +66,12 @@ class Ticket:
 
 
 class SessionRequestIds:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._open: dict[tuple[str, str], list[Ticket]] = {}
+        self._abandoned: cachetools.TTLCache[tuple[str, str], bool] = cachetools.TTLCache(
+            ABANDONED_KEPT, ABANDONED_SECONDS, timer=clock
+        )
+        """Ids whose requests the sidecar gave up on before their answers passed."""
 
     def begin(self, session_scope: str, request_id: Any) -> Ticket:
         ticket = Ticket((session_scope, id_name(request_id)))
@@ -63,15 +80,26 @@ class SessionRequestIds:
         if len(same) > 1:
             for each in same:
                 each.reused = True
+        elif ticket.name in self._abandoned:
+            ticket.reused = True  # an earlier request with this id may still answer
         return ticket
 
-    def end(self, ticket: Ticket) -> None:
+    def end(self, ticket: Ticket, answered: bool) -> None:
+        """The request is over for the sidecar; `answered`: its answer passed, so the
+        server is done with the id (otherwise the id stays taken for a while)."""
+        if not answered:
+            self._abandoned[ticket.name] = True
         same = self._open.get(ticket.name)
         if same is None or ticket not in same:
             return
         same.remove(ticket)
         if not same:
             del self._open[ticket.name]
+
+    def forget_session(self, session_scope: str) -> None:
+        """The session ended: none of its ids can be answered any more."""
+        for name in [name for name in self._abandoned if name[0] == session_scope]:
+            self._abandoned.pop(name, None)
 
     def __len__(self) -> int:
         return sum(len(same) for same in self._open.values())

@@ -18,7 +18,10 @@ comes back). Each server of an app therefore has a generation in Redis, a random
 that every removal replaces before it scans; a lookup reads the entry and the
 generation in one round trip, an answer fetched after it is stored with the generation it saw,
 and an entry stored under another generation is never served. A write that lands late
-is dead on arrival.
+is dead on arrival. A removal is owed until its new generation is in Redis: until then
+(Redis slow, paused or gone, the breaker open) the server's entries are neither read
+from the tier nor written to it, and the new generation is tried again every
+`retry_after`, so that a purge during an incident is never lost.
 
 What is stored is a framed value: a version marker, an echo of the key and generation, a flag, the
 result's wall-clock timestamps and length, then the result bytes (the JSON-RPC `result`
@@ -261,6 +264,8 @@ class SharedTier:
         self._redis = aioredis.Redis.from_pool(pool)
         self._breaker = Breaker(settings.retry_after, on_change=self._breaker_changed)
         self._pending: set[asyncio.Future[object]] = set()
+        self._owed: dict[tuple[str, str], asyncio.Future[None]] = {}
+        """Removals whose new generation is not in Redis yet, by app and server."""
         self._prefix = f"mcpcache:{settings.namespace}:"
 
     # Keys
@@ -286,6 +291,9 @@ class SharedTier:
         """The verified entry for `key` and its remaining life in seconds (at most
         `max_ttl`, what the entry's own policy allows), with the server's generation;
         no entry on a miss, a refused value, or Redis out of reach."""
+        if (app_id, server) in self._owed:  # entries of before a removal could be read
+            self.metrics.lookups.labels("skipped").inc()
+            return SharedRead(None, 0.0, None)
         name = self.redis_key(app_id, server, key)
         generation_name = self.generation_key(app_id, server)
         values = await self._run("get", partial(self._get_two, name, generation_name))
@@ -354,11 +362,32 @@ class SharedTier:
 
     def forget_server(self, app_id: str, server: str) -> None:
         """Remove one server's entries for one app in the background (an invalidation
-        or a purge on this replica reaches every replica's shared entries this way)."""
-        if not self._spawn(partial(self.delete_server, app_id, server)):
-            logger.warning(
-                "shared cache: too busy to drop a server's entries", extra={"server": server}
-            )
+        or a purge on this replica reaches every replica's shared entries this way).
+
+        Owed at once: the server's entries are not read from the tier again until the
+        new generation is in Redis, however long that takes."""
+        owed = self._owed.get((app_id, server))
+        if owed is not None and not owed.done():
+            return  # the generation still to be set comes after this removal too
+        task = asyncio.ensure_future(self._settle_removal(app_id, server))
+        self._owed[(app_id, server)] = task
+
+    async def _settle_removal(self, app_id: str, server: str) -> None:
+        """Set the server's new generation, trying every `retry_after` until Redis takes
+        it (whatever the breaker says), then free the old entries' memory."""
+        name = self.generation_key(app_id, server)
+        try:
+            while True:
+                generation = secrets.token_hex(GENERATION_LENGTH // 2)
+                done = await self._run(
+                    "set", partial(self._redis.set, name, generation), guarded=False
+                )
+                if not isinstance(done, _Failed):
+                    break
+                await asyncio.sleep(self.settings.retry_after)
+        finally:
+            self._owed.pop((app_id, server), None)
+        await self._delete_matching(_glob_escape(f"{self.app_prefix(app_id)}{server}:") + "*")
 
     async def clear(self, app_id: str) -> int:
         """Remove every entry of one app (its servers' generations stay as they are: a
@@ -378,7 +407,12 @@ class SharedTier:
             logger.debug("shared cache: warm-up failed", extra={"error": type(exc).__name__})
 
     async def aclose(self) -> None:
-        """Give writes in flight one timeout to finish, then close the pool."""
+        """Give writes in flight one timeout to finish, then close the pool (removals
+        still owed are given up: nothing reads this replica's tier any more)."""
+        owed = list(self._owed.values())
+        for removal in owed:
+            removal.cancel()
+        await asyncio.gather(*owed, return_exceptions=True)
         pending = set(self._pending)
         if pending:
             _, late = await asyncio.wait(pending, timeout=self.settings.timeout)
@@ -440,9 +474,11 @@ class SharedTier:
     async def _unlink(self, names: list[str] | list[bytes]) -> int:
         return int(await self._redis.unlink(*names))
 
-    async def _run(self, op: str, call: Callable[[], Awaitable[T]]) -> T | _Failed:
-        """One Redis operation, bounded by the timeout and guarded by the breaker."""
-        if not self._breaker.allow():
+    async def _run(
+        self, op: str, call: Callable[[], Awaitable[T]], guarded: bool = True
+    ) -> T | _Failed:
+        """One Redis operation, bounded by the timeout and (`guarded`) by the breaker."""
+        if guarded and not self._breaker.allow():
             return _SKIPPED
         started = time.perf_counter()
         try:

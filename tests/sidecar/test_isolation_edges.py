@@ -10,9 +10,11 @@ id's numeric value), a raw echoing peer where it cannot."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -22,6 +24,7 @@ from mcpcache.sidecar.config import SharedCache
 from mcpcache.sidecar.metrics import SharedMetrics
 from mcpcache.sidecar.shared import SharedTier
 from peers.clients import call_body, call_headers, post, sse_messages, unique
+from peers.echo import who_answered
 from peers.redisserver import RedisServer
 from peers.serving import ServedApp, async_wait_until
 from peers.sidecar import RunningSidecar, one_server
@@ -400,3 +403,121 @@ async def test_params_given_by_position_are_never_cached(make_sidecar, echo_upst
             "mcpcache; fwd=request; detail=positional-params"
         )
     assert peer.calls == calls + 3
+
+
+# From the review: ids the sidecar gave up on, session ids spelled with whitespace,
+# charsets, removals owed to the shared tier.
+
+
+async def test_an_id_whose_request_timed_out_stays_taken_while_the_server_may_answer_it(
+    make_sidecar, ts_server: TypeScriptServer
+) -> None:
+    """Mallory's call times out at the sidecar but runs on upstream; Alice's call with
+    the same id may receive Mallory's late answer, which must not become Alice's entry."""
+    sidecar = make_sidecar(one_server(ts_server.url, name="ts", timeout="1s"))
+    session = await LegacySession(sidecar.url("ts")).open()
+    calls = ts_server.calls
+    with contextlib.suppress(httpx.HTTPError):
+        await session.call("1", "Bearer mallory", "planted", 1800)
+    assert ts_server.calls == calls + 1
+    await session.call("1", "Bearer alice", "question", 900)
+    assert sidecar.sample("mcpcache_not_stored_total", server="ts", reason="id_reused") >= 1
+    later = await session.call("2", "Bearer alice", "question")
+    assert later.headers["cache-status"].startswith("mcpcache; fwd=miss")
+    assert echoed(later)["who"] == "Bearer alice"
+
+
+async def raw_post(url: str, headers: dict[str, str], body: bytes) -> bytes:
+    """A POST written byte for byte (header values exactly as given), read to its end."""
+    parts = urlsplit(url)
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    head = f"POST {parts.path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: {len(body)}\r\n"
+    head += "connection: close\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    writer.write(head.encode() + b"\r\n" + body)
+    data = b""
+    with contextlib.suppress(OSError):
+        while chunk := await asyncio.wait_for(reader.read(65536), 10):
+            data += chunk
+    writer.close()
+    return data
+
+
+async def test_a_session_id_with_whitespace_around_it_is_the_same_session(
+    make_sidecar, ts_server: TypeScriptServer
+) -> None:
+    """The TypeScript server trims the header, so `<id> \\t` is the same session to it:
+    the reused-id guard must see one session too."""
+    sidecar = make_sidecar(one_server(ts_server.url, name="ts", timeout="10s"))
+    session = await LegacySession(sidecar.url("ts")).open()
+    headers = session.headers("Bearer mallory") | {"mcp-session-id": session.id + " \t"}
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "planted", "ms": 600}},
+        }
+    ).encode()
+    calls = ts_server.calls
+    mallory = asyncio.ensure_future(raw_post(session.url, headers, body))
+    await async_wait_until(lambda: ts_server.calls == calls + 1, what="Mallory's call upstream")
+    await session.call("1", "Bearer alice", "question", 1500)
+    await asyncio.wait_for(mallory, 10)
+    later = await session.call("2", "Bearer alice", "question", 10)
+    assert later.headers["cache-status"].startswith("mcpcache; fwd=miss")
+    assert echoed(later)["who"] == "Bearer alice"
+
+
+async def test_the_upstream_reads_the_body_as_the_json_the_key_was_made_from(
+    sidecar_on_echo, echo_upstream
+) -> None:
+    """A charset parameter could make a server decode other params than the key saw
+    (UTF-7): every JSON-RPC body goes up as plain application/json."""
+    peer, _ = echo_upstream
+    for cached in (True, False):
+        arguments = {"q": unique()} if cached else {"q": unique(), "x": 1}
+        body = call_body(1, "t", arguments)
+        if not cached:
+            body["params"]["requestState"] = "s"
+        headers = call_headers("t") | {"content-type": "application/json; charset=utf-7"}
+        response = await post(sidecar_on_echo.url("echo"), body, headers, 10)
+        assert response.status_code == 200
+        assert peer.seen[-1]["content-type"] == "application/json"
+
+
+async def test_a_purge_while_redis_is_out_of_reach_is_kept_until_redis_takes_it(
+    make_sidecar, own_redis_server, echo_upstream
+) -> None:
+    """The breaker is open when the purge comes: the removal is owed, the purged answer
+    is not read from the tier meanwhile, and the new generation is set once Redis is
+    back, so the purged answer never comes back from it."""
+    _, app = echo_upstream
+    redis = own_redis_server
+    document = shared_document(app, redis)
+    document["sharedCache"] |= {"timeout": "200ms", "retryAfter": "500ms"}
+    writer, replica = make_sidecar(document), make_sidecar(document)
+    arguments = {"q": unique()}
+    original = who_answered((await call_echo(writer, arguments)).json())["call"]
+    await written_to_redis(writer)
+    redis.pause()
+    try:
+        for _ in range(3):  # a Redis blip: lookups time out, the breaker opens
+            await call_echo(replica, {"q": unique()})
+        assert replica.sidecar.shared is not None
+        assert replica.sidecar.shared.breaker_state == "open"
+        async with httpx.AsyncClient(timeout=5) as http:
+            purged = await http.post(
+                f"http://127.0.0.1:{replica.port}/admin/purge", json={"server": "echo"}
+            )
+        assert purged.status_code == 200
+    finally:
+        redis.resume()
+    owed = await call_echo(replica, arguments)
+    assert who_answered(owed.json())["call"] != original
+    generation = f"mcpcache:default:@generation:{document['appId']}:echo"
+    await async_wait_until(
+        lambda: redis.client().get(generation) is not None, what="the purge to reach Redis"
+    )
+    fresh = make_sidecar(document)  # a replica with nothing in memory reads the tier
+    after = await call_echo(fresh, arguments)
+    assert who_answered(after.json())["call"] != original

@@ -87,15 +87,16 @@ def test_every_crd_field_has_a_description_for_kubectl_explain() -> None:
 
 
 def exported(text: str) -> dict[str, set[str]]:
-    """The metric names an exposition holds (counters with `_total`), with the label
-    names their samples carry."""
+    """The metric names an exposition holds (counters with `_total`; the `_created`
+    series prometheus-client adds left out), with the label names their samples carry."""
     families = list(text_string_to_metric_families(text))
     counters = {family.name for family in families if family.type == "counter"}
+    timed = counters | {family.name for family in families if family.type == "histogram"}
     names: dict[str, set[str]] = {}
     for family in families:
         if not family.name.startswith("mcpcache_"):
             continue
-        if family.name.endswith("_created") and family.name[: -len("_created")] in counters:
+        if family.name.endswith("_created") and family.name[: -len("_created")] in timed:
             continue
         name = family.name + ("_total" if family.type == "counter" else "")
         names[name] = {label for s in family.samples for label in s.labels if label != "le"}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from peers.paths import CHART
 from peers.site import DOCS, Build, build_site, copy_sources
 
 ROOT_CONFIG = DOCS.parent / "mkdocs.yml"
@@ -74,3 +75,14 @@ def test_the_readmes_links_resolve_to_files_of_the_repository() -> None:
     for target in targets:
         if not target.startswith(("http://", "https://")):
             assert (readme.parent / target).exists(), target
+
+
+def test_every_alerts_runbook_url_is_a_page_of_the_built_site(built_site: Build) -> None:
+    site_url = yaml.safe_load(ROOT_CONFIG.read_text())["site_url"]
+    rules = yaml.safe_load((CHART / "files" / "mcpcache-alerts.yaml").read_text())
+    alerts = [rule for group in rules["groups"] for rule in group["rules"] if "alert" in rule]
+    assert alerts
+    for rule in alerts:
+        url = rule["annotations"]["runbook_url"]
+        assert url.startswith(site_url), url
+        assert (built_site.site / url.removeprefix(site_url) / "index.html").is_file(), url

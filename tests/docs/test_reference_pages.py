@@ -1,6 +1,6 @@
 """The reference pages, held to the things they describe: the MCPServer page to the CRD,
-the metrics page to what `/metrics` exports, the command-line page to `--help`, the
-configuration page to the config model."""
+the not-stored reasons to the sidecar's, the metrics page to what `/metrics` exports, the
+command-line page to `--help`, the configuration page to the config model."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 
 from mcpcache.sidecar.config import SidecarConfig, load_config
+from mcpcache.sidecar.messages import NotStoredReason
 from peers.operator import OperatorProcess
 from peers.paths import CRD
 from peers.serving import free_port
@@ -81,6 +82,15 @@ def test_every_crd_field_has_a_description_for_kubectl_explain() -> None:
         assert field.get("description"), path
         if field.get("x-kubernetes-int-or-string"):
             assert field["description"].startswith("Integer or string: "), path
+
+
+# --- what is cached ----------------------------------------------------------------
+
+
+def test_the_not_stored_reasons_are_exactly_the_ones_the_sidecar_gives() -> None:
+    rows = table_rows(sections(page("reference/what-is-cached.md"))["Not stored"])
+    documented = [code_names(row[0])[0] for row in rows]
+    assert sorted(documented) == sorted(typing.get_args(NotStoredReason))
 
 
 # --- metrics -----------------------------------------------------------------------

@@ -4,7 +4,7 @@ Starts the bundled docs server behind a sidecar under two names, scrapes the sid
 real Prometheus every second, drives three phases of traffic with the official MCP client
 (a small working set, then one server's callers asking ever new questions, then the small
 set again), and draws the dashboard's own queries (from monitoring/dashboard.py) over the
-run from Prometheus's query-range API into monitoring/dashboard.png.
+run from Prometheus's query-range API into docs/images/dashboard.png.
 
 Run it with `bash examples/dashboard_picture.sh`, which builds Prometheus first.
 """
@@ -109,7 +109,7 @@ def draw(prometheus: PrometheusServer, start: float, end: float, out: Path) -> N
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, default=ROOT / "monitoring" / "dashboard.png")
+    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "images" / "dashboard.png")
     args = parser.parse_args()
     logging.disable(logging.INFO)  # one line per request from every layer otherwise
     prometheus = PrometheusServer(Path(os.environ[BIN_ENV])).start(jobs=("mcpcache-sidecar",))

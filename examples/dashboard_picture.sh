@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Draws monitoring/dashboard.png from a real run (see examples/dashboard_picture.py).
+# Draws docs/images/dashboard.png from a real run (see examples/dashboard_picture.py).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../.ci/env.sh"
 MCPCACHE_PROMETHEUS_BIN=$(bash "$MCPCACHE_ROOT/tests/prometheus/build.sh" | tail -n 1)

@@ -77,6 +77,12 @@ def panel(title: str, unit: str, *queries: tuple[str, str], **options: Any) -> P
     return Panel(title, unit, queries, **options)
 
 
+OPERATOR_QUANTILE = (
+    "histogram_quantile({q}, sum by (le) "
+    "(rate(mcpcache_operator_{metric}_bucket[$__rate_interval])))"
+)
+
+
 def gauge(metric: str) -> str:
     return f"sum by (namespace) ({metric}{{{SIDECAR}}})"
 
@@ -98,7 +104,7 @@ PANELS: tuple[Panel, ...] = (
         "Not stored, by reason",
         "ops",
         (rate("mcpcache_not_stored_total", by="server, reason"), "{{server}}: {{reason}}"),
-        description="Forwarded answers to cacheable calls that were not stored (README).",
+        description="Forwarded answers to cacheable calls that were not stored, by reason.",
     ),
     panel(
         "Upstream latency p50 / p99",
@@ -132,6 +138,44 @@ PANELS: tuple[Panel, ...] = (
         description="capacity: evicted for space before expiring (is the budget too small?).",
     ),
     panel(
+        "Collapsed and stale answers",
+        "reqps",
+        (
+            rate(
+                "mcpcache_requests_total",
+                f'outcome=~"collapsed|stale", {SERVER}',
+                by="server, outcome",
+            ),
+            "{{server}}: {{outcome}}",
+        ),
+        description="collapsed: answered by an identical call's upstream call; stale: "
+        "answered from an expired entry (staleIfError, staleWhileRevalidate).",
+    ),
+    panel(
+        "Shared tier: lookups and stores",
+        "ops",
+        (rate("mcpcache_shared_lookups_total", SIDECAR, by="result"), "lookup {{result}}"),
+        (rate("mcpcache_shared_stores_total", SIDECAR, by="result"), "store {{result}}"),
+        description="Only sidecars with a shared tier (Redis). skipped: the breaker is open.",
+    ),
+    panel(
+        "Shared tier: errors",
+        "ops",
+        (rate("mcpcache_shared_errors_total", SIDECAR, by="op, kind"), "{{op}}: {{kind}}"),
+        description="timeout: Redis slower than the timeout; connection: unreachable; "
+        "response: Redis refused (credentials, ACL).",
+    ),
+    panel(
+        "Shared tier: breaker",
+        "short",
+        (
+            f"sum by (mcpcache_shared_breaker) (mcpcache_shared_breaker{{{SIDECAR}}})",
+            "{{mcpcache_shared_breaker}}",
+        ),
+        description="Sidecars whose breaker is in each state; open: Redis is skipped.",
+        stacked=True,
+    ),
+    panel(
         "Configuration reloads",
         "ops",
         (rate("mcpcache_config_reloads_total", SIDECAR, by="result"), "{{result}}"),
@@ -140,6 +184,26 @@ PANELS: tuple[Panel, ...] = (
         "Operator reconciliations",
         "ops",
         (rate("mcpcache_operator_reconciles_total", by="result", selector=""), "{{result}}"),
+    ),
+    panel(
+        "Operator leader",
+        "short",
+        ("sum(mcpcache_operator_leader)", "replicas leading"),
+        ("count(mcpcache_operator_leader)", "replicas"),
+        description="Exactly one replica should lead (hold the Lease and reconcile).",
+    ),
+    panel(
+        "Operator queue",
+        "short",
+        ("sum(mcpcache_operator_reconcile_pending)", "namespaces pending"),
+        description="Namespaces waiting for a pass or in one; 0 when all is reconciled.",
+    ),
+    panel(
+        "Operator queue wait and pass duration",
+        "s",
+        (OPERATOR_QUANTILE.format(q=0.99, metric="reconcile_queue_seconds"), "wait p99"),
+        (OPERATOR_QUANTILE.format(q=0.99, metric="reconcile_duration_seconds"), "pass p99"),
+        description="wait: from a namespace's first change to its pass; pass: its work.",
     ),
     panel(
         "Webhook admissions",

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from peers.controlplane import ControlPlane
-from peers.paths import CHART
+from peers.paths import CHART, ROOT
 from peers.prometheus import promtool
 
 RULES = CHART / "files" / "mcpcache-alerts.yaml"
@@ -64,8 +64,27 @@ def test_every_alert_says_what_where_and_has_a_runbook(rule: dict) -> None:
         if label in labels:
             assert f"$labels.{label}" in description
     assert rule["labels"]["severity"] in {"warning", "critical"}
-    readme = (CHART.parents[1] / "README.md").read_text()
-    assert f"#### {rule['alert']}" in readme, "each alert has a runbook section in README.md"
+    assert rule["annotations"]["runbook_url"] == runbook_url(rule["alert"])
+
+
+def runbook_url(alert: str) -> str:
+    """Where the site publishes the alert's runbook page (docs/operations/runbooks/)."""
+    site = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["site_url"]
+    return f"{site}operations/runbooks/{alert}/"
+
+
+@pytest.mark.parametrize("rule", alerts(), ids=lambda rule: rule["alert"])
+def test_every_alert_has_a_runbook_page_that_quotes_its_rule(rule: dict) -> None:
+    runbook = (ROOT / "docs" / "operations" / "runbooks" / f"{rule['alert']}.md").read_text()
+    assert runbook.startswith(f"# {rule['alert']}\n")
+    assert f"```promql\n{rule['expr'].rstrip()}\n```" in runbook
+    assert f"Severity **{rule['labels']['severity']}**" in runbook
+    assert "## What to do" in runbook
+
+
+def test_the_runbooks_are_one_page_per_alert() -> None:
+    pages = {path.stem for path in (ROOT / "docs" / "operations" / "runbooks").glob("*.md")}
+    assert pages - {"index"} == {rule["alert"] for rule in alerts()}
 
 
 def test_chart_renders_the_rules_file_as_a_prometheusrule(control_plane: ControlPlane) -> None:

@@ -59,6 +59,12 @@ def test_dashboard_has_the_panels_operators_look_for() -> None:
         "Cache bytes against the budget",
         "Evictions by reason",
         "Upstream latency p50 / p99",
+        "Collapsed and stale answers",
+        "Shared tier: lookups and stores",
+        "Shared tier: errors",
+        "Shared tier: breaker",
+        "Operator leader",
+        "Operator queue",
     } <= titles
     assert all(panel["datasource"]["uid"] == "${datasource}" for panel in committed()["panels"])
 

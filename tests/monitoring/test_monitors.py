@@ -99,10 +99,14 @@ def test_the_crds_do_refuse_a_malformed_object(
     assert 'spec.groups[0].rules[0].for: Invalid value: "fifteen minutes"' in output
 
 
-def test_readmes_podmonitor_for_the_sidecars_is_accepted(
+def test_the_monitoring_pages_podmonitor_for_the_sidecars_is_accepted(
     control_plane: ControlPlane, monitoring_crds: list[str], tmp_path: Path
 ) -> None:
-    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    blocks = re.findall(
+        r"```yaml\n(.*?)```",
+        (ROOT / "docs" / "operations" / "monitoring.md").read_text(),
+        re.DOTALL,
+    )
     podmonitor = next(block for block in blocks if "kind: PodMonitor" in block)
     document = yaml.safe_load(podmonitor)
     document["metadata"]["namespace"] = NAMESPACE

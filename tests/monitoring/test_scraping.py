@@ -27,9 +27,15 @@ def test_requests_by_outcome_are_what_the_traffic_was(
     counts = prometheus.values(
         f'sum by (server, outcome) (mcpcache_requests_total{{{JOB}, method="tools/call"}})'
     )
+    outcomes = (
+        ("hit", traffic.hits),
+        ("miss", traffic.misses),
+        ("collapsed", traffic.collapsed),
+        ("stale", traffic.stale),
+    )
     expected = {
         (("outcome", outcome), ("server", server)): float(n)
-        for outcome, per_server in (("hit", traffic.hits), ("miss", traffic.misses))
+        for outcome, per_server in outcomes
         for server, n in per_server.items()
     }
     assert {key: value for key, value in counts.items() if value} == expected

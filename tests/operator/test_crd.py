@@ -19,6 +19,7 @@ from mcpcache.sidecar.config import (
 )
 from peers.paths import CRD, ROOT
 from peers.resources import GROUP, PLURAL, VERSION, mcpserver, new_namespace
+from peers.serving import wait_until
 
 
 def test_the_crd_names_are_the_ones_the_code_uses() -> None:
@@ -94,11 +95,45 @@ def test_the_examples_apply_as_a_whole(control_plane, crd, tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
 
 
+def explain(control_plane, path: str) -> str:
+    """`kubectl explain path`, once kubectl's discovery knows the resource: a CRD just
+    established may not be served by discovery yet."""
+    answers: list[str] = []
+
+    def known() -> bool:
+        result = control_plane.run_kubectl("explain", path, check=False)
+        answers.append(result.stdout)
+        return result.returncode == 0
+
+    wait_until(known, 30, f"kubectl explain {path}")
+    return answers[-1]
+
+
 def test_kubectl_explain_describes_the_int_or_string_max_size(control_plane, crd) -> None:
     # A CRD's int-or-string field may not declare a type (structural schemas forbid it),
     # so kubectl shows <Object>; the description says what it takes.
-    out = control_plane.run_kubectl("explain", "mcps.spec.cache.maxSize").stdout
+    out = explain(control_plane, "mcps.spec.cache.maxSize")
     assert "Integer or string: the largest response stored, in bytes (65536)" in out
+
+
+def spec_fields() -> list[tuple[str, str]]:
+    """(path as kubectl explain takes it, description) of every field under spec."""
+    schema = yaml.safe_load(CRD.read_text())["spec"]["versions"][0]["schema"]
+    found: list[tuple[str, str]] = []
+
+    def walk(node: dict, path: str) -> None:
+        for name, child in (node.get("properties") or {}).items():
+            found.append((f"{path}.{name}", child["description"]))
+            walk(child.get("items", child), f"{path}.{name}")
+
+    walk(schema["openAPIV3Schema"]["properties"]["spec"], "mcps.spec")
+    return found
+
+
+def test_kubectl_explain_describes_every_field_of_the_spec(control_plane, crd) -> None:
+    for path, description in spec_fields():
+        out = explain(control_plane, path)
+        assert " ".join(description.split()) in " ".join(out.split()), path
 
 
 def test_kubectl_shows_the_printer_columns_and_short_name(control_plane, namespace) -> None:

@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 
 from mcpcache.operator.injection import plan_injection
 from mcpcache.operator.settings import OperatorSettings
-from peers.paths import CHART, CRD
+from peers.paths import CHART, CRD, ROOT
 
 KUBERNETES_VERSION = "1.35.0"
 
@@ -375,7 +375,10 @@ def test_namespace_editors_and_viewers_get_mcpserver_rights(control_plane, crd) 
     assert not can("bob", "list", "configmaps")
 
 
-README_RIGHTS = {
+SECURITY_PAGE = ROOT / "docs" / "operations" / "security.md"
+"""Its section "What the operator may do" lists these rights in words."""
+
+DOCUMENTED_RIGHTS = {
     # get, list and watch MCPServers and the MCPServer CRD
     *(("mcpcache.io", "mcpservers", "", verb) for verb in ("get", "list", "watch")),
     *(
@@ -407,7 +410,18 @@ def rights(role: dict[str, Any]) -> set[tuple[str, str, str, str]]:
     return granted
 
 
-def test_the_operators_cluster_role_grants_exactly_what_the_readme_lists(control_plane) -> None:
+def test_the_operators_cluster_role_grants_exactly_what_the_security_page_lists(
+    control_plane,
+) -> None:
+    sentence = " ".join(SECURITY_PAGE.read_text().split())
+    for words in (
+        "get, list and watch MCPServers and the MCPServer CRD",
+        "get, patch and update MCPServers' status",
+        "get, list, watch, update and patch ConfigMaps named `mcpcache-servers`",
+        "create events; get and update its Lease in the release namespace, and create it",
+        "Nothing else: no Secrets, no Pods, no deletes, no webhook configuration",
+    ):
+        assert words in sentence
     documents = render(control_plane)
     (binding,) = [d for d in documents if d["kind"] == "ClusterRoleBinding"]
     assert binding["subjects"] == [
@@ -418,7 +432,7 @@ def test_the_operators_cluster_role_grants_exactly_what_the_readme_lists(control
         for d in documents
         if d["kind"] == "ClusterRole" and d["metadata"]["name"] == binding["roleRef"]["name"]
     )
-    assert rights(role) == README_RIGHTS
+    assert rights(role) == DOCUMENTED_RIGHTS
     # get and update its Lease in the release namespace, and create it: nothing more.
     (lease_role,) = [d for d in documents if d["kind"] == "Role"]
     assert lease_role["metadata"]["namespace"] == "mcpcache-system"

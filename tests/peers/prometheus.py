@@ -42,6 +42,10 @@ class Traffic:
     unreachable: int
     slow_seconds: float
     """How long each call to the `timed` server took upstream."""
+    collapsed: dict[str, int]
+    """Calls answered by an identical call's upstream call."""
+    stale: dict[str, int]
+    """Calls answered from an expired entry."""
 
 
 class QueryError(Exception):

@@ -1,4 +1,4 @@
-"""What `Cache-Status` and `Age` tell a caller, for each row of the README's tables: the
+"""What `Cache-Status` and `Age` tell a caller, for each row of the reference's tables: the
 header as sent, the metric behind it, and whether the upstream was asked again."""
 
 from __future__ import annotations

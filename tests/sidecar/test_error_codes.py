@@ -1,5 +1,5 @@
 """The errors the sidecar answers itself: each HTTP status with its JSON-RPC code (the
-README's table), the configured limits and allowed hosts, and the upstream-error metrics."""
+errors page's table), the configured limits and allowed hosts, and the upstream-error metrics."""
 
 from __future__ import annotations
 

@@ -302,7 +302,7 @@ async def test_a_namespace_confined_by_acl_uses_its_prefix_and_no_other(
 ) -> None:
     _, app = json_upstream
     redis = own_redis_server
-    # The README's ACL pattern for namespace `agents`.
+    # The shared-tier guide's ACL pattern for namespace `agents`.
     redis.client().execute_command(
         "ACL SETUSER mcpcache-agents on >agents-password resetkeys ~mcpcache:agents:* "
         "resetchannels -@all +get +set +unlink +scan +ping"

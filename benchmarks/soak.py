@@ -15,10 +15,10 @@ the middle of large answers; paused; Redis paused; Redis killed; Redis and the u
 killed together; clients leaving mid-stream, reading one byte a second, never finishing
 their request. Everything runs on loopback; every loop is bounded by the run's length.
 
-Printed: calls by outcome, wrong answers, errors per fault window (and in the 15 s after
-each; a call counts in the window it was sent in), RSS and open descriptors of both
-sidecars over time, cache bytes against the budget. Exit status 1 if any answer was
-wrong.
+Printed: calls by outcome, wrong answers, errors per fault window and in the 15 s after
+each (a call counts in the window it was sent in, or in the fault that caught it in
+flight), RSS and open descriptors of both sidecars over time, cache bytes against the
+budget. Exit status 1 if any answer was wrong.
 """
 
 from __future__ import annotations
@@ -216,9 +216,10 @@ class Tally:
         self.samples: list[dict[str, Any]] = []
 
     def error(self, kind: str, window: str) -> None:
-        """An error of a call sent in `window` (the fault window when it started)."""
+        """An error of a call sent in `window`: counted there, or, for a call sent in no
+        fault window, in the window it ended in (a fault that caught it in flight)."""
         self.outcomes[kind] += 1
-        self.errors_by_window[window] += 1
+        self.errors_by_window[window if window != "none" else self.fault] += 1
 
 
 def check(message: dict[str, Any], request_id: str, who: str, arguments: dict[str, Any]) -> str:

@@ -68,8 +68,12 @@ def test_not_stored_and_upstream_errors_are_counted_by_reason(
 def test_cache_gauges_show_the_stored_entries_and_their_bytes(
     prometheus: PrometheusServer, monitored_sidecar: RunningSidecar, traffic: Traffic
 ) -> None:
+    # Live entries apart from expired ones: the `stale` server's entry lives 10 ms, so by
+    # the scrape it is held (for stale answers) but no longer live.
     entries = prometheus.values(f"mcpcache_cache_entries{{{JOB}}}")
-    assert list(entries.values()) == [traffic.stored]
+    assert list(entries.values()) == [traffic.stored - 1]
+    expired = prometheus.values(f"mcpcache_cache_expired_entries{{{JOB}}}")
+    assert list(expired.values()) == [1]
     # The gauge is set at scrape time; nothing is stored or expires after the traffic.
     stored_bytes = list(prometheus.values(f"mcpcache_cache_bytes{{{JOB}}}").values())
     assert stored_bytes == [monitored_sidecar.sample("mcpcache_cache_bytes")]

@@ -16,11 +16,19 @@ MODERN = "2026-07-28"
 LEGACY = "legacy"
 
 
+CALL_SECONDS = 10.0
+"""How long an SDK client waits for any one answer by default. A lost or misrouted answer
+(a wrong JSON-RPC id, a stream that never ends) then fails its test within this, naming
+the call, long before pytest's own timeout."""
+
+
 def mcp_client(
     url: str, mode: str = MODERN, headers: dict[str, str] | None = None, **kw: Any
 ) -> Client:
-    """An SDK client with its own response cache off, so every call reaches the sidecar."""
+    """An SDK client with its own response cache off, so every call reaches the sidecar,
+    and a deadline on every request (`read_timeout_seconds`, `CALL_SECONDS` unless given)."""
     http = httpx2.AsyncClient(headers=headers or {}, timeout=httpx2.Timeout(30, read=60))
+    kw.setdefault("read_timeout_seconds", CALL_SECONDS)
     return Client(streamable_http_client(url, http_client=http), mode=mode, cache=None, **kw)
 
 

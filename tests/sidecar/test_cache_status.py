@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from typing import Any
 
 import httpx
 import pytest
 
-from peers.clients import call_body, call_headers, post
+from peers.clients import call_body, call_headers, post, unique
 from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar, one_server
-
-
-def unique() -> str:
-    return uuid.uuid4().hex
 
 
 async def call_echo(sidecar: RunningSidecar, arguments: dict[str, Any], request_id: Any = 1):

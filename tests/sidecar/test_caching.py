@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import httpx
 import pytest
 
-from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client, sse_messages
-
-
-def unique() -> str:
-    return uuid.uuid4().hex
+from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client, sse_messages, unique
 
 
 @pytest.mark.parametrize("server", ["sse", "json"])

@@ -4,22 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from typing import Any
 
 import httpx
 import pytest
 
-from peers.clients import call_body, call_headers, sse_messages
+from peers.clients import call_body, call_headers, sse_messages, unique
 from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar, one_server
 from peers.upstream import Upstream
 
 ACCEPTS = ("application/json, text/event-stream", "text/event-stream, application/json;q=0.9")
-
-
-def unique() -> str:
-    return uuid.uuid4().hex
 
 
 def answer(response: httpx.Response) -> dict[str, Any]:

@@ -3,19 +3,14 @@ errors page's table), the configured limits and allowed hosts, and the upstream-
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import httpx
 import pytest
 
-from peers.clients import call_body, call_headers, post, sse_messages
+from peers.clients import call_body, call_headers, post, sse_messages, unique
 from peers.serving import free_port
 from peers.sidecar import RunningSidecar, one_server
-
-
-def unique() -> str:
-    return uuid.uuid4().hex
 
 
 def assert_error(response: httpx.Response, status: int, code: int, request_id: Any) -> None:

@@ -5,17 +5,12 @@ start; a kubelet-style symlink swap is noticed; no change flushes the cache."""
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import Any
 
-from peers.clients import call_body, call_headers, post
+from peers.clients import call_body, call_headers, post, unique
 from peers.echo import who_answered
 from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar, one_server
-
-
-def unique() -> str:
-    return uuid.uuid4().hex
 
 
 async def ask(sidecar: RunningSidecar, arguments: dict[str, Any], request_id: Any = 1, **headers):

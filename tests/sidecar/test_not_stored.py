@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-
 import httpx
 import pytest
 from mcp.client.session import ClientRequestContext
@@ -15,14 +13,10 @@ from mcp_types import (
     TextContent,
 )
 
-from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client, post
+from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client, post, unique
 from peers.serving import async_wait_until, served
 from peers.sidecar import one_server
 from peers.upstream import Upstream
-
-
-def unique() -> str:
-    return uuid.uuid4().hex
 
 
 async def post_call(sidecar, server: str, body: dict, name: str) -> httpx.Response:

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import logging
-import uuid
 
 import httpx
 import pytest
 
-from peers.clients import call_body, call_headers
+from peers.clients import call_body, call_headers, unique
 from peers.serving import async_wait_until
-
-
-def unique() -> str:
-    return uuid.uuid4().hex
 
 
 async def call(sidecar, server: str, text: str, request_id: int = 1) -> httpx.Response:

@@ -3,7 +3,6 @@ call, none for a hit, no token or argument), and it is ready only with both list
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,13 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from peers.clients import call_body, call_headers, post
+from peers.clients import call_body, call_headers, post, unique
 from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar, SidecarProcess, one_server
-
-
-def unique() -> str:
-    return uuid.uuid4().hex
 
 
 @pytest.fixture

@@ -9,21 +9,16 @@ import json
 import subprocess
 import sys
 import threading
-import uuid
 from typing import Any, ClassVar
 
 import httpx
 import pytest
 
-from peers.clients import call_body, call_headers, mcp_client, post
+from peers.clients import call_body, call_headers, mcp_client, post, unique
 from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar
 
 ALICE = {"authorization": "Bearer alice-secret-token"}
-
-
-def unique() -> str:
-    return uuid.uuid4().hex
 
 
 def two_servers(url: str, **docs: Any) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import httpx
 import yaml
 
 from mcpcache.sidecar.config import parse_config, parse_servers_file
-from peers.serving import end_process_group, wait_until
+from peers.serving import end_process_group, free_port, wait_until
 
 SIDECAR = [sys.executable, "-m", "mcpcache.sidecar.cli", "sidecar"]
 HOSTILE = {
@@ -51,12 +50,6 @@ def test_the_whole_file_still_configures_a_standalone_sidecar() -> None:
     config = parse_config(yaml.safe_dump(HOSTILE), environ={})
     assert config.listen.host == "0.0.0.0"
     assert config.allowed_hosts == ("evil.example",)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_a_sidecar_process_listens_where_its_environment_says(tmp_path: Path) -> None:

@@ -6,22 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from peers.clients import call_body, call_headers, post
+from peers.clients import call_body, call_headers, post, unique
 from peers.faulty import FaultyUpstream
 from peers.serving import ServedApp, async_wait_until, wait_until
 from peers.sidecar import RunningSidecar, one_server
 from peers.upstream import Upstream
-
-
-def unique() -> str:
-    return uuid.uuid4().hex
 
 
 async def call(

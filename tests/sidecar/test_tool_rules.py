@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,17 +12,13 @@ import httpx
 import pytest
 from mcp import Client
 
-from peers.clients import MODERN, call_body, call_headers, mcp_client, post
+from peers.clients import MODERN, call_body, call_headers, mcp_client, post, unique
 from peers.serving import ServedApp, async_wait_until
 from peers.sidecar import RunningSidecar, one_server
 from peers.upstream import Upstream
 
 ALICE = {"authorization": "Bearer alice"}
 BOB = {"authorization": "Bearer bob"}
-
-
-def unique() -> str:
-    return uuid.uuid4().hex
 
 
 def text_of(result: Any) -> str:

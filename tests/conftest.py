@@ -182,3 +182,23 @@ def operator(operator_install: OperatorInstall) -> Iterator[OperatorProcess]:
         yield process
     finally:
         process.stop()
+
+
+PEER_MARKERS = {
+    "control_plane": "controlplane",
+    "prometheus_bin": "prometheus",
+    "redis_server": "redis",
+    "own_redis_server": "redis",
+    "ts_server": "typescript",
+}
+"""Fixtures that start a slow or external peer, and the marker a test using one gets."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by the peers it uses (its fixtures, however indirect), so that a
+    fast set can leave them out: `-m "not controlplane and not prometheus"`."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for fixture, marker in PEER_MARKERS.items():
+            if fixture in used:
+                item.add_marker(marker)

@@ -168,7 +168,9 @@ async def test_a_leader_that_goes_away_does_not_take_the_followers_answer(
     peer, _ = upstream
     before = peer.calls["held"]
     gate = unique()
-    body = call_body("leader", "held", {"gate": gate})
+    # With a progress token, the tool's first progress event opens the leader's stream at
+    # once (without one, nothing flows until the server's 15 s keep-alive ping).
+    body = call_body("leader", "held", {"gate": gate}, progressToken="leader")
     baseline = sidecar.tasks()
     async with httpx.AsyncClient(timeout=30) as http:
         async with http.stream(

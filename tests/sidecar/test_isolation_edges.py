@@ -152,9 +152,9 @@ async def test_an_answer_the_typescript_server_crosses_by_id_value_is_never_stor
     sidecar = make_sidecar(one_server(ts_server.url, name="ts", timeout="3s"))
     session = await LegacySession(sidecar.url("ts")).open()
     calls = ts_server.calls
-    mallory = asyncio.ensure_future(session.call("1.0", "Bearer mallory", "planted", 400))
+    mallory = asyncio.ensure_future(session.call("1.0", "Bearer mallory", "planted", 1000))
     await async_wait_until(lambda: ts_server.calls == calls + 1, what="Mallory's call upstream")
-    alice = await session.call("1", "Bearer alice", "question", 1500)
+    alice = await session.call("1", "Bearer alice", "question", 2500)
 
     crossed = echoed(alice)
     assert crossed["who"] == "Bearer mallory", "the upstream crossed the answers"

@@ -127,12 +127,15 @@ class Relay:
                 await self._close(error)
 
     def _answered(self, error: BaseException | None) -> bool:
-        """Whether the upstream is done with the request: its body ended whole and, on
-        an event stream, carried the answer (a stream may end before it and be resumed)."""
+        """Whether the upstream is done with the request: its event stream carried the
+        answer (however the relay ended after it), or its body ended whole (a stream may
+        end before its answer and be resumed)."""
+        capture = self.capture
+        if capture is not None and capture.event_stream and capture.answered:
+            return True
         if error is not None:
             return False
-        capture = self.capture
-        return capture is None or not capture.event_stream or capture.answered
+        return capture is None or not capture.event_stream
 
     def _unanswered(self) -> bool:
         """An event stream for a request ended without its response, and the client

@@ -16,13 +16,14 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${MCPCACHE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcpcache}
 python=${PYTHON:-python3}
 MUTMUT_VERSION=3.8.1
-ALL=(key policy store messages capture units config sse headers session_ids)
+ALL=(key policy store messages capture units config sse headers session_ids hints notices)
 # The fast unit tests that pin these modules down (no sockets, no subprocesses).
 TESTS=(
   test_key.py test_key_form.py test_policy.py test_policy_rules.py test_store.py
   test_store_properties.py test_units.py test_config.py test_sse.py test_messages.py
   test_headers.py test_capture.py test_value_forms.py test_event_bounds.py test_store_rules.py
   test_config_tiers.py test_session_ids.py
+  test_hints_and_notices.py
 )
 
 fresh=0

@@ -115,3 +115,12 @@ def test_ending_a_ticket_twice_or_unknown_changes_nothing() -> None:
     assert len(ids) == 1
     ids.end(other, answered=True)
     assert len(ids) == 0
+
+
+def test_an_id_stays_taken_while_any_request_with_it_is_open() -> None:
+    ids = SessionRequestIds()
+    first, second = ids.begin("s", 1), ids.begin("s", 1)
+    ids.end(first, answered=True)
+    assert len(ids) == 1
+    assert ids.begin("s", 1).reused, "the second request still holds the id"
+    ids.end(second, answered=True)

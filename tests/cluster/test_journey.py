@@ -7,11 +7,14 @@ import time
 import uuid
 
 from kubernetes import client
+from packaging.utils import canonicalize_name
 
 from peers.node import Node
+from peers.paths import ROOT
 from peers.sidecar import parse_samples, sample
 from peers.workloads import (
     AGENTS,
+    OPERATOR_NAMESPACE,
     Agent,
     Chart,
     Server,
@@ -131,3 +134,35 @@ def test_the_purge_annotation_empties_the_servers_entries_in_the_running_pod(
     timings["purge annotation to an emptied entry"] = time.monotonic() - annotated
     (header,) = agent_calls(node, agent, mcp_server, text, 1)["headers"]
     assert header["cache_status"] == "mcpcache; hit", "the new answer is cached again"
+
+
+def test_the_operator_pods_meet_restricted_and_run_as_65532_on_a_read_only_root(
+    node: Node, chart: Chart
+) -> None:
+    result = node.run_kubectl(
+        "label", "--dry-run=server", "--overwrite", "namespace", OPERATOR_NAMESPACE,
+        "pod-security.kubernetes.io/enforce=restricted",
+    )  # fmt: skip
+    assert "Warning" not in result.stderr, result.stderr
+    pods = client.CoreV1Api(node.api_client()).list_namespaced_pod(OPERATOR_NAMESPACE).items
+    assert len(pods) == 2
+    for pod in pods:
+        command = ["exec", "-n", OPERATOR_NAMESPACE, pod.metadata.name, "--"]
+        assert node.run_kubectl(*command, "id", "-u").stdout.strip() == "65532"
+        touched = node.run_kubectl(*command, "touch", "/x", check=False)
+        assert "Read-only file system" in touched.stderr
+
+
+def test_the_running_image_holds_exactly_the_locked_packages(node: Node, agent: Agent) -> None:
+    listed = run_in(node, agent.pod, "mcpcache", "python", "-m", "pip", "list", "--format=freeze")
+    installed = dict(line.split("==") for line in listed.split())
+    installed = {canonicalize_name(k): v for k, v in installed.items()}
+    locked = {}
+    for line in (ROOT / "requirements" / "image.txt").read_text().splitlines():
+        if "==" in line and not line.startswith(" "):
+            name, version = line.split()[0].split("==")
+            locked[canonicalize_name(name)] = version
+    assert installed.pop("mcpcache") == "0.1.0"
+    # pip itself comes with the venv, not from the lock.
+    installed.pop("pip")
+    assert installed == locked

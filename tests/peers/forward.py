@@ -17,7 +17,9 @@ import contextlib
 import ctypes
 import os
 import socket
+import subprocess
 import sys
+from pathlib import Path
 
 CLONE_NEWNET = 0x40000000
 
@@ -58,6 +60,23 @@ async def serve(listener: socket.socket, host: str, port: int) -> None:
     server = await asyncio.start_server(connect, sock=listener)
     async with server:
         await server.serve_forever()
+
+
+def start(netns: str, host: str, port: int, log_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """This script as a process of its own session; returns it and its loopback port."""
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, __file__, netns, host, str(port)],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            start_new_session=True,
+        )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.strip():
+        process.wait(10)
+        raise RuntimeError(f"forward.py did not start: {log_path.read_text()[-2000:]}")
+    return process, int(line)
 
 
 def main() -> None:

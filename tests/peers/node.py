@@ -25,7 +25,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from . import forward
 from .controlplane import Authority, ControlPlane
 from .serving import end_process_group, log_tail
 
@@ -64,7 +64,6 @@ running, and which runs' nodes are up: the last one to stop puts them back, so n
 two test runs at once (or a run after one that was killed) restore the right values."""
 
 CGROUPS = Path("/sys/fs/cgroup")
-FORWARD = Path(__file__).with_name("forward.py")
 
 
 def images(directory: Path) -> dict[str, str]:
@@ -301,20 +300,8 @@ class Node(ControlPlane):
         return self._write(f"{name}.kubeconfig", yaml.safe_dump(document).encode())
 
     def _forward(self) -> None:
-        log = (self.dir / "forward.log").open("ab")
-        process = subprocess.Popen(
-            [sys.executable, str(FORWARD), self.netns, NODE_IP, str(API_PORT)],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            start_new_session=True,
-        )
-        log.close()
+        process, self.port = forward.start(self.netns, NODE_IP, API_PORT, self.dir / "forward.log")
         self.children["forward"] = process
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if not line.strip():
-            raise RuntimeError(f"forward.py did not start: {log_tail(self.dir / 'forward.log')}")
-        self.port = int(line)
         self.url = f"https://127.0.0.1:{self.port}"
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:

@@ -3,9 +3,7 @@ and injection goes on."""
 
 from __future__ import annotations
 
-import copy
 import time
-from typing import Any
 
 from kubernetes import client
 
@@ -13,10 +11,9 @@ from peers.node import Node
 from peers.workloads import (
     AGENTS,
     OPERATOR_NAMESPACE,
-    RESTRICTED_CONTAINER,
-    RESTRICTED_POD,
     Agent,
     Chart,
+    agent_pod,
     ready_pods,
     wait_for,
 )
@@ -35,27 +32,6 @@ def _two_ready(core: client.CoreV1Api) -> set[str] | None:
     return names if len(names) == 2 else None
 
 
-def _agent_pod(name: str, image: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {"mcpcache.io/inject": "true"}},
-        "spec": {
-            "securityContext": copy.deepcopy(RESTRICTED_POD),
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "agent",
-                    "image": image,
-                    "imagePullPolicy": "Never",
-                    "command": ["sleep", "infinity"],
-                    "securityContext": copy.deepcopy(RESTRICTED_CONTAINER),
-                }
-            ],
-        },
-    }
-
-
 def test_deleting_the_leaders_pod_hands_the_lease_over_and_injection_goes_on(
     node: Node, chart: Chart, agent: Agent, timings: dict[str, float]
 ) -> None:
@@ -72,7 +48,7 @@ def test_deleting_the_leaders_pod_hands_the_lease_over_and_injection_goes_on(
     timings["leader pod deleted to the standby holding the Lease"] = time.monotonic() - deleted
 
     # While the Deployment replaces the deleted pod, the standby answers the webhook.
-    manifest = _agent_pod("agent-during-failover", node.images["peers"])
+    manifest = agent_pod("agent-during-failover", node.images["peers"])
     pod = core.create_namespaced_pod(AGENTS, manifest)
     try:
         assert [c.name for c in pod.spec.init_containers or []] == ["mcpcache"]

@@ -19,6 +19,7 @@ from peers.workloads import (
     Chart,
     Server,
     agent_calls,
+    agent_pod,
     run_in,
     sidecar_metrics,
     wait_for,
@@ -166,3 +167,32 @@ def test_the_running_image_holds_exactly_the_locked_packages(node: Node, agent: 
     # pip itself comes with the venv, not from the lock.
     installed.pop("pip")
     assert installed == locked
+
+
+def test_a_service_named_mcpcache_metrics_in_the_namespace_does_not_break_the_sidecar(
+    node: Node, chart: Chart, agent: Agent
+) -> None:
+    """The kubelet gives every pod service-link variables named after the namespace's
+    Services: MCPCACHE_METRICS_PORT=tcp://... here, which is also the sidecar's setting."""
+    core = client.CoreV1Api(node.api_client())
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "mcpcache-metrics"},
+        "spec": {"selector": {"app": "agent"}, "ports": [{"port": 9090}]},
+    }
+    core.create_namespaced_service(AGENTS, service)
+    name = "agent-beside-a-service"
+    try:
+        core.create_namespaced_pod(AGENTS, agent_pod(name, node.images["peers"]))
+        wait_for(
+            lambda: any(
+                c.type == "Ready" and c.status == "True"
+                for c in core.read_namespaced_pod(name, AGENTS).status.conditions or []
+            ),
+            90,
+            "the pod with the sidecar to be ready",
+        )
+    finally:
+        core.delete_namespaced_pod(name, AGENTS, grace_period_seconds=0)
+        core.delete_namespaced_service("mcpcache-metrics", AGENTS)

@@ -3,6 +3,7 @@ their namespaces, and the calls a test makes into the pods (with `kubectl exec`)
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import time
@@ -206,6 +207,28 @@ def agent_objects(image: str, server_url: str) -> list[dict[str, Any]]:
             annotations={"mcpcache.io/app-id": "agent"},
         ),
     ]
+
+
+def agent_pod(name: str, image: str) -> dict[str, Any]:
+    """A bare agent pod labelled for injection (namespace given at creation)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"mcpcache.io/inject": "true"}},
+        "spec": {
+            "securityContext": copy.deepcopy(RESTRICTED_POD),
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "agent",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "infinity"],
+                    "securityContext": copy.deepcopy(RESTRICTED_CONTAINER),
+                }
+            ],
+        },
+    }
 
 
 def run_in(plane: ControlPlane, pod: str, container: str, *command: str) -> str:

@@ -51,7 +51,11 @@ cc -Os -Wall -Werror -static -DVERSION="$kube" -o "$tmp/bin/pause" "$source"
 strip "$tmp/bin/pause"
 echo "node: built in $(($(date +%s) - start))s" >&2
 
-rm -rf "$out"
-mv "$tmp" "$out"
-find "$cache_root" -mindepth 1 -maxdepth 1 -type d ! -name "$key" -exec rm -rf {} +
+# Another run may have built the same inputs meanwhile: its result is as good.
+if [ "$(ls "$out/bin" 2>/dev/null | wc -l)" -lt 5 ]; then
+  rm -rf "$out"
+  mv -T "$tmp" "$out"
+fi
+# Older builds are of no further use; another run's build in progress is left alone.
+find "$cache_root" -mindepth 1 -maxdepth 1 -type d ! -name "$key" ! -name '.build-*' -exec rm -rf {} +
 echo "$out/bin"

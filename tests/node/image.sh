@@ -48,8 +48,12 @@ start=$(date +%s)
 tmp="$cache/.build-$$"
 rm -rf "$tmp"
 mkdir -p "$tmp"
+# Only what this run made: another build may be using the same storage at once.
+containers=()
 cleanup() {
-  "${buildah[@]}" rm --all >/dev/null 2>&1 || true
+  for container in "${containers[@]}"; do
+    "${buildah[@]}" rm "$container" >/dev/null 2>&1 || true
+  done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -63,6 +67,7 @@ if [ "$made" != "$base_key" ]; then
   done
   "${stand_in[@]}" bookworm "$tmp/rootfs.tar" "${sources[@]}"
   container=$("${buildah[@]}" from scratch)
+  containers+=("$container")
   "${buildah[@]}" add "$container" "$tmp/rootfs.tar" / >/dev/null
   "${buildah[@]}" config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     --env LANG=C.UTF-8 --cmd python3 --label "mcpcache.stand-in=$base_key" "$container"
@@ -87,6 +92,7 @@ fi
 "${bud[@]}" -f "$here/peers.Containerfile" --build-arg "BASE=$app" -t "$peers" "$root" >&2
 cp "$pause_bin" "$tmp/pause"
 container=$("${buildah[@]}" from scratch)
+containers+=("$container")
 "${buildah[@]}" copy "$container" "$tmp/pause" /pause >/dev/null
 "${buildah[@]}" config --entrypoint '["/pause"]' --user 65535:65535 "$container"
 "${buildah[@]}" commit --quiet --rm "$container" "$pause" >/dev/null
@@ -99,9 +105,12 @@ for pair in "mcpcache.tar $app" "peers.tar $peers" "pause.tar $pause"; do
 done
 # Only the stand-in stays in buildah's storage; the archives are the cache.
 "${buildah[@]}" rmi "$app" "$peers" "$pause" >/dev/null
-rm -rf "$out"
-mv "$tmp/out" "$out"
-find "$cache" -mindepth 1 -maxdepth 1 -type d ! -name storage ! -name run ! -name "$(basename "$out")" \
-  -exec rm -rf {} +
+# Another build of the same inputs may have finished first: its result is as good.
+if [ ! -f "$out/names" ]; then
+  rm -rf "$out"
+  mv -T "$tmp/out" "$out"
+fi
+find "$cache" -mindepth 1 -maxdepth 1 -type d ! -name storage ! -name run ! -name '.build-*' \
+  ! -name "$(basename "$out")" -exec rm -rf {} +
 echo "images: built in $(($(date +%s) - start))s" >&2
 echo "$out"

@@ -4,12 +4,16 @@ FROM python:3.11.14-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
+COPY requirements/image.txt requirements.txt
 COPY pyproject.toml README.md ./
 COPY sidecar/ sidecar/
 COPY operator/ operator/
-# Wheels only: nothing is compiled, so no compiler is needed in either stage.
+# Exactly the versions of requirements/image.txt, each file checked against its hash;
+# then mcpcache itself, built with the locked setuptools. Wheels only: nothing is
+# compiled, so no compiler is needed in either stage.
 RUN python -m venv /opt/mcpcache \
-    && /opt/mcpcache/bin/pip install --only-binary=:all: --no-binary=mcpcache ".[operator]" \
+    && /opt/mcpcache/bin/pip install --only-binary=:all: --require-hashes -r requirements.txt \
+    && /opt/mcpcache/bin/pip install --no-deps --no-build-isolation --no-binary=mcpcache . \
     && find /opt/mcpcache -name '__pycache__' -type d -prune -exec rm -rf {} +
 
 FROM python:3.11.14-slim-bookworm

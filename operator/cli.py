@@ -11,6 +11,7 @@ import socket
 from collections.abc import Sequence
 
 import kopf
+from kopf._core.engines.peering import Identity
 from prometheus_client import start_http_server
 
 from mcpcache.sidecar.logs import configure_logging
@@ -112,6 +113,9 @@ async def run(settings: OperatorSettings, stop: asyncio.Event | None = None) -> 
             registry=registry,
             settings=kopf_settings,
             standalone=True,
+            # kopf's own default asks the password database for our user name, which a
+            # container running as a bare uid (65532 in the image) does not have.
+            identity=Identity(lease.identity),
             clusterwide=not settings.namespaces,
             namespaces=settings.namespaces,
             stop_flag=stop,

@@ -23,7 +23,9 @@ from mcpcache.sidecar.config import (
     APP_ID_ENV,
     CACHE_MAX_BYTES_ENV,
     CACHE_MAX_ENTRIES_ENV,
+    LISTEN_PORT_ENV,
     METRICS_HOST_ENV,
+    METRICS_PORT_ENV,
     NAMESPACE_ENV,
     SHARED_CACHE_NAMESPACES_ENV,
     SHARED_CACHE_PASSWORD_ENV,
@@ -80,6 +82,12 @@ def _sidecar_env(app_id: str, settings: OperatorSettings) -> list[dict[str, Any]
         {"name": APP_ID_ENV, "value": app_id},
         # Metrics and probes on the pod IP only: scrapable, not on every interface.
         {"name": METRICS_HOST_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        # Set although they are the defaults: a Service named mcpcache-listen or
+        # mcpcache-metrics in the pod's namespace makes the kubelet add a service-link
+        # variable of the same name (MCPCACHE_METRICS_PORT=tcp://...), which a
+        # container's own variable overrides.
+        {"name": LISTEN_PORT_ENV, "value": str(SIDECAR_LISTEN_PORT)},
+        {"name": METRICS_PORT_ENV, "value": str(SIDECAR_METRICS_PORT)},
     ]
     if settings.sidecar_cache_max_entries is not None:
         value = str(settings.sidecar_cache_max_entries)

@@ -25,6 +25,14 @@ from peers.sidecar import RunningSidecar
 from peers.upstream import Upstream
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "cluster: runs pods on the real one-node cluster of tests/cluster "
+        "(root only; MCPCACHE_CLUSTER=0 skips)",
+    )
+
+
 @pytest.fixture(scope="session")
 def upstream() -> Iterator[tuple[Upstream, ServedApp]]:
     """An SDK server answering with SSE streams (its default)."""

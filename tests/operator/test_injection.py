@@ -49,6 +49,8 @@ def create(core: client.CoreV1Api, namespace: str, body: dict, **kwargs: object)
 
 POD_IP = "fieldRef:status.podIP"
 """The metrics listener binds the pod's own IP, from the downward API."""
+PORTS = {"MCPCACHE_LISTEN_PORT": "3500", "MCPCACHE_METRICS_PORT": "9090"}
+"""Set explicitly, over any service-link variable of the same name."""
 
 
 def env_of(container: client.V1Container) -> dict[str, str]:
@@ -79,7 +81,11 @@ def test_a_labelled_pod_gets_the_native_sidecar(core, namespace) -> None:
     assert sidecar.restart_policy == "Always"
     assert sidecar.image == SIDECAR_IMAGE
     assert sidecar.args[:3] == ["sidecar", "--servers-file", "/etc/mcpcache/config.yaml"]
-    assert env_of(sidecar) == {"MCPCACHE_APP_ID": "checkout", "MCPCACHE_METRICS_HOST": POD_IP}
+    assert env_of(sidecar) == {
+        "MCPCACHE_APP_ID": "checkout",
+        "MCPCACHE_METRICS_HOST": POD_IP,
+        **PORTS,
+    }
     assert sidecar.security_context.run_as_non_root is True
     assert sidecar.security_context.read_only_root_filesystem is True
     assert sidecar.security_context.capabilities.drop == ["ALL"]
@@ -110,7 +116,11 @@ def test_the_sidecar_cannot_see_the_service_account_token(core, namespace) -> No
 def test_the_app_id_defaults_to_the_service_account(core, namespace) -> None:
     created = create(core, namespace, pod("agent", serviceAccountName="billing"))
     (sidecar,) = created.spec.init_containers
-    assert env_of(sidecar) == {"MCPCACHE_APP_ID": "billing", "MCPCACHE_METRICS_HOST": POD_IP}
+    assert env_of(sidecar) == {
+        "MCPCACHE_APP_ID": "billing",
+        "MCPCACHE_METRICS_HOST": POD_IP,
+        **PORTS,
+    }
 
 
 def test_pods_without_the_label_are_never_sent_to_the_webhook(core, namespace, operator) -> None:

@@ -121,6 +121,20 @@ def test_the_shared_cache_reaches_the_sidecars_of_the_chosen_namespaces() -> Non
     assert parse_config("servers: []", elsewhere).shared_cache is None
 
 
+def test_the_sidecars_ports_are_its_own_whatever_services_the_namespace_has() -> None:
+    """The kubelet adds MCPCACHE_METRICS_PORT=tcp://10.96.0.9:9090 to a pod in a
+    namespace with a Service named mcpcache-metrics; a container's own variable wins."""
+    plan = plan_injection(pod(), SETTINGS)
+    assert plan is not None
+    (sidecar,) = plan["initContainers"]
+    env = {e["name"]: e.get("value") for e in sidecar["env"]}
+    assert (env["MCPCACHE_LISTEN_PORT"], env["MCPCACHE_METRICS_PORT"]) == ("3500", "9090")
+    links = {"MCPCACHE_METRICS_PORT": "tcp://10.96.0.9:9090"}
+    resolved = links | resolved_env(sidecar, "agents", {})
+    config = parse_config("servers: []", resolved)
+    assert (config.listen.port, config.metrics.port) == (3500, 9090)
+
+
 def test_without_a_shared_cache_the_sidecar_has_no_redis_settings() -> None:
     plan = plan_injection(pod(), SETTINGS)
     assert plan is not None

@@ -138,6 +138,9 @@ def test_the_operator_deployment_is_hardened_and_replicated(control_plane) -> No
     anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert pod["securityContext"]["runAsNonRoot"] is True
+    # The kubelet's service-link variable of the webhook Service would be named
+    # MCPCACHE_WEBHOOK_PORT, one of the operator's settings (found on a real node).
+    assert pod["enableServiceLinks"] is False
     (container,) = pod["containers"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}

@@ -70,25 +70,33 @@ def test_the_final_stage_runs_as_non_root() -> None:
 
 @pytest.fixture(scope="module")
 def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The build stage's install, replayed into a clean virtualenv."""
+    """The build stage's installs, replayed in order into a clean virtualenv, from a
+    folder laid out as the stage's COPY instructions lay out /src."""
     (run,) = [args for kind, args in instructions() if kind == "RUN"]
-    install = next(part for part in run.split("&&") if "pip install" in part)
-    arguments = shlex.split(install.split("pip install", 1)[1])
+    parts = run.split("&&")
+    installs = [part.split("pip install", 1)[1] for part in parts if "pip install" in part]
+    assert len(installs) == 2, "the locked dependencies, then mcpcache itself"
     target = tmp_path_factory.mktemp("image") / "venv"
     venv.create(target, with_pip=True)
     source = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "README.md", "sidecar", "operator"):
-        path = ROOT / name
-        if path.is_dir():
-            shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(path, source / name)
-    arguments = [a.replace(".[", f"{source}[") if a.startswith(".[") else a for a in arguments]
-    subprocess.run(
-        [str(target / "bin" / "pip"), "install", "--quiet", *arguments],
-        check=True,
-        cwd=source,
-    )
+    for kind, args in instructions()[: [k for k, _ in instructions()].index("FROM", 1)]:
+        if kind != "COPY":
+            continue
+        *sources, destination = shlex.split(args)
+        for name in sources:
+            path, into = ROOT / name, source / destination
+            if path.is_dir():
+                shutil.copytree(path, into, ignore=shutil.ignore_patterns("__pycache__"))
+            elif destination.endswith("/"):
+                shutil.copy(path, into / path.name)
+            else:
+                shutil.copy(path, into)
+    for install in installs:
+        subprocess.run(
+            [str(target / "bin" / "pip"), "install", "--quiet", *shlex.split(install)],
+            check=True,
+            cwd=source,
+        )
     return target
 
 
@@ -121,3 +129,50 @@ def test_a_clean_install_has_the_operator_and_no_tests(image_venv: Path) -> None
         cwd="/",
     )
     assert result.stdout.strip() == "None"
+
+
+def _pins(lock: Path) -> dict[str, str]:
+    pins = {}
+    for line in lock.read_text().splitlines():
+        if match := re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", line):
+            pins[match[1].lower()] = match[2]
+    return pins
+
+
+def test_the_image_installs_the_locked_versions_checked_against_their_hashes() -> None:
+    (run,) = [args for kind, args in instructions() if kind == "RUN"]
+    assert "--require-hashes -r requirements.txt" in run
+    assert ("COPY", "requirements/image.txt requirements.txt") in instructions()
+    assert "--no-deps" in run.split("&&")[2], "mcpcache itself brings nothing unlocked"
+    lock = (ROOT / "requirements" / "image.txt").read_text()
+    pins = _pins(ROOT / "requirements" / "image.txt")
+    assert pins
+    for name, version in pins.items():
+        assert f"{name}=={version} \\\n    --hash=sha256:" in lock.lower(), name
+
+
+def test_the_test_environment_has_every_package_of_the_image_at_the_same_version() -> None:
+    image = _pins(ROOT / "requirements" / "image.txt")
+    dev = _pins(ROOT / "requirements" / "dev.txt")
+    assert {name: dev.get(name) for name in image} == image
+
+
+def test_the_lock_meets_every_requirement_of_pyproject() -> None:
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    image = {canonicalize_name(k): v for k, v in _pins(ROOT / "requirements" / "image.txt").items()}
+    dev = {canonicalize_name(k): v for k, v in _pins(ROOT / "requirements" / "dev.txt").items()}
+    extras = project["optional-dependencies"]
+    for lock, requirements in (
+        (image, project["dependencies"] + extras["operator"]),
+        (dev, [r for group in extras.values() for r in group]),
+    ):
+        for text in requirements:
+            requirement = Requirement(text)
+            version = lock.get(canonicalize_name(requirement.name))
+            assert version is not None, f"{requirement.name} is not locked"
+            assert requirement.specifier.contains(version, prereleases=True), (text, version)

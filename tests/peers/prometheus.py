@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import yaml
 
+from . import forward
 from .serving import end_process_group, free_port, log_tail, spawn, wait_until
 
 BIN_ENV = "MCPCACHE_PROMETHEUS_BIN"
@@ -53,13 +54,17 @@ class QueryError(Exception):
 
 
 class PrometheusServer:
-    def __init__(self, bin_dir: Path) -> None:
+    def __init__(self, bin_dir: Path, netns: str | None = None) -> None:
+        """`netns`: run inside that network namespace (a test node's, where pod IPs are),
+        its HTTP API reached through a forwarded loopback port."""
         self.bin_dir = bin_dir
+        self.netns = netns
         self.dir = Path(tempfile.mkdtemp(prefix="mcpcache-prometheus-"))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.dir / "prometheus.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self.forwarder: subprocess.Popen[bytes] | None = None
         self.http = httpx.Client(base_url=self.url, timeout=10)
 
     def start(self, jobs: tuple[str, ...]) -> PrometheusServer:
@@ -84,8 +89,10 @@ class PrometheusServer:
             self._targets_file(job).write_text("[]")
         config_file = self.dir / "prometheus.yml"
         config_file.write_text(yaml.safe_dump(config))
+        prefix = ["nsenter", f"--net=/run/netns/{self.netns}", "--"] if self.netns else []
         self.process = spawn(
             [
+                *prefix,
                 str(self.bin_dir / "prometheus"),
                 f"--config.file={config_file}",
                 f"--storage.tsdb.path={self.dir / 'data'}",
@@ -95,6 +102,11 @@ class PrometheusServer:
             self.log_path,
         )
         try:
+            if self.netns:
+                log = self.dir / "forward.log"
+                self.forwarder, port = forward.start(self.netns, "127.0.0.1", self.port, log)
+                self.url = f"http://127.0.0.1:{port}"
+                self.http = httpx.Client(base_url=self.url, timeout=10)
             wait_until(self._ready, 60, "Prometheus to be ready")
         except BaseException:
             self.stop()
@@ -173,8 +185,9 @@ class PrometheusServer:
 
     def stop(self) -> None:
         self.http.close()
-        if self.process is not None:
-            end_process_group(self.process)
+        for process in (self.forwarder, self.process):
+            if process is not None:
+                end_process_group(process)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

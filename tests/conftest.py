@@ -25,12 +25,22 @@ from peers.sidecar import RunningSidecar
 from peers.upstream import Upstream
 
 
+MARKERS = (
+    "cluster: runs pods on the real one-node cluster of tests/cluster "
+    "(root only; MCPCACHE_CLUSTER=0 skips)",
+    "controlplane: uses the real kube-apiserver and etcd",
+    "prometheus: uses the suite's Prometheus",
+    "redis: uses a real redis-server",
+    "typescript: uses the TypeScript SDK peer",
+)
+"""What a test needs, to pick a fast set: `bash tests/run.sh -m "not cluster and not
+controlplane and not prometheus"`. `cluster` is set by tests/cluster, the others from
+the fixtures a test uses (`PEER_MARKERS`)."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "cluster: runs pods on the real one-node cluster of tests/cluster "
-        "(root only; MCPCACHE_CLUSTER=0 skips)",
-    )
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
 
 
 @pytest.fixture(scope="session")

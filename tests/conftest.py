@@ -24,7 +24,6 @@ from peers.serving import ServedApp, served, wait_until
 from peers.sidecar import RunningSidecar
 from peers.upstream import Upstream
 
-
 MARKERS = (
     "cluster: runs pods on the real one-node cluster of tests/cluster "
     "(root only; MCPCACHE_CLUSTER=0 skips)",

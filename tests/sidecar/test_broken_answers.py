@@ -112,6 +112,29 @@ def test_a_whole_streamed_answer_still_ends_properly(make_sidecar, faulty) -> No
     assert sidecar.sample("mcpcache_upstream_errors_total", server="s", kind="broken") == 0
 
 
+async def broken_leader(sidecar: RunningSidecar, body: dict[str, object]) -> None:
+    """A leader's client whose stream must break (reset), not end."""
+    async with (
+        httpx.AsyncClient(timeout=10) as http,
+        http.stream("POST", sidecar.url("s"), json=body, headers=call_headers("t")) as r,
+    ):
+        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+            await r.aread()
+
+
+async def leader_and_follower(
+    sidecar: RunningSidecar, faulty: FaultyUpstream
+) -> tuple[asyncio.Future[None], asyncio.Future[httpx.Response]]:
+    """A leader upstream, then an identical call waiting for it."""
+    body = call_body(1, "t", {"q": uuid.uuid4().hex})
+    requests = faulty.requests
+    leading = asyncio.ensure_future(broken_leader(sidecar, body))
+    await async_wait_until(lambda: faulty.requests == requests + 1, what="the leader's call")
+    following = asyncio.ensure_future(post(sidecar.url("s"), body, call_headers("t"), 10))
+    await async_wait_until(lambda: sidecar.waiting() >= 1, what="the follower")
+    return leading, following
+
+
 async def test_followers_of_a_leader_whose_upstream_timed_out_get_a_timeout(
     make_sidecar, faulty
 ) -> None:
@@ -123,23 +146,9 @@ async def test_followers_of_a_leader_whose_upstream_timed_out_get_a_timeout(
         "cache": {"enabled": True},
     }
     sidecar = make_sidecar({"servers": [server]})
-    body = call_body(1, "t", {"q": uuid.uuid4().hex})
     requests = faulty.requests
-
-    async def leader() -> None:
-        """The leader's client: its stream breaks when the upstream times out."""
-        async with (
-            httpx.AsyncClient(timeout=10) as http,
-            http.stream("POST", sidecar.url("s"), json=body, headers=call_headers("t")) as r,
-        ):
-            with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
-                await r.aread()
-
-    leading = asyncio.ensure_future(leader())
-    try:
-        await async_wait_until(lambda: faulty.requests == requests + 1, what="the leader's call")
-        following = asyncio.ensure_future(post(sidecar.url("s"), body, call_headers("t"), 10))
-        await async_wait_until(lambda: sidecar.waiting() >= 1, what="the follower")
+    try:  # the upstream stays silent until the end
+        leading, following = await leader_and_follower(sidecar, faulty)
         answer = await asyncio.wait_for(following, 10)
         assert answer.status_code == 504
         assert "did not answer within 1s" in answer.json()["error"]["message"]
@@ -161,22 +170,8 @@ async def test_followers_of_a_leader_whose_stream_broke_get_an_error_not_a_short
         "cache": {"enabled": True},
     }
     sidecar = make_sidecar({"servers": [server]})
-    body = call_body(1, "t", {"q": uuid.uuid4().hex})
-    requests = faulty.requests
-
-    async def leader() -> None:
-        async with (
-            httpx.AsyncClient(timeout=10) as http,
-            http.stream("POST", sidecar.url("s"), json=body, headers=call_headers("t")) as r,
-        ):
-            with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
-                await r.aread()
-
-    leading = asyncio.ensure_future(leader())
     try:
-        await async_wait_until(lambda: faulty.requests == requests + 1, what="the leader's call")
-        following = asyncio.ensure_future(post(sidecar.url("s"), body, call_headers("t"), 10))
-        await async_wait_until(lambda: sidecar.waiting() >= 1, what="the follower")
+        leading, following = await leader_and_follower(sidecar, faulty)
     finally:
         faulty.gate(gate).set()  # the upstream resets the stream
     answer = await asyncio.wait_for(following, 10)

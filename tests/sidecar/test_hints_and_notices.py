@@ -146,3 +146,29 @@ def test_a_watched_event_past_the_bound_is_skipped_not_kept() -> None:
     huge = b'data: {"method":"notifications/tools/list_changed","p":"' + padding + b'"}\n\n'
     after = b'data: {"jsonrpc":"2.0","method":"notifications/prompts/list_changed"}\n\n'
     assert watch.feed(huge + after) == [Notice("prompts")]
+
+
+def test_a_tool_listed_read_only_again_stays_read_only() -> None:
+    hints = ToolHints()
+    hints.learn("s", listing(("get", True)))
+    hints.learn("s", listing(("get", True)))
+    assert hints.read_only("s", "get") is True
+    assert hints.read_only("s", "unknown") is False
+
+
+def test_a_malformed_tool_does_not_hide_the_tools_after_it() -> None:
+    hints = ToolHints()
+    result = {"tools": [1, {"name": 2}, {"name": "get", "annotations": {"readOnlyHint": True}}]}
+    assert hints.learn("s", result) == 1
+    assert hints.read_only("s", "get")
+
+
+def test_notices_after_other_events_in_one_chunk_are_all_found() -> None:
+    watch = NoticeWatch()
+    chunk = (
+        b'data: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n'
+        b'data: {"jsonrpc":"2.0","method":"notifications/tools/list_changed"}\n\n'
+        b"data: not json, list_changed\n\n"
+        b'data: {"jsonrpc":"2.0","method":"notifications/prompts/list_changed"}\n\n'
+    )
+    assert watch.feed(chunk) == [Notice("tools"), Notice("prompts")]

@@ -1,5 +1,5 @@
 """The user's journey on a real node: the image built from the Dockerfile, the chart
-installed with helm as README's "Deploy on Kubernetes" says, an MCP server pod behind a
+installed with helm as README's "Install on Kubernetes" says, an MCP server pod behind a
 Service, and an agent pod that gets the sidecar from the operator's webhook.
 
 Everything here runs in pods of the one-node cluster of `peers.node`. The node, the

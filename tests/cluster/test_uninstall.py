@@ -10,7 +10,7 @@ from peers.workloads import AGENTS, OPERATOR_NAMESPACE, RELEASE, Agent, Chart, w
 
 # The namespace's own objects, which neither the chart nor the operator made.
 BUILT_IN = {"serviceaccount/default", "configmap/kube-root-ca.crt"}
-# The operator's Lease: the operator makes it, so Helm does not delete it (README says so).
+# The operator's Lease: the operator makes it, so Helm does not delete it (the docs say so).
 LEASE = "lease.coordination.k8s.io/mcpcache-operator"
 
 
@@ -41,6 +41,6 @@ def test_helm_uninstall_leaves_only_what_readme_says_it_leaves(
         ).stdout.split()
     )
     assert in_namespace - BUILT_IN == {LEASE}
-    # What README's "Uninstall" says stays: the CRD and each namespace's ConfigMap.
+    # What the uninstall page says stays: the CRD and each namespace's ConfigMap.
     node.run_kubectl("get", "crd", "mcpservers.mcpcache.io")
     node.run_kubectl("get", "configmap", "mcpcache-servers", "-n", AGENTS)

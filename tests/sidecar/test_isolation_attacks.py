@@ -395,34 +395,6 @@ async def test_a_pipelined_request_is_not_cut_off_while_it_is_answered(
     assert [answer[:12] for answer in answers] == [b"HTTP/1.1 200"] * 2
 
 
-async def test_answers_to_a_reused_id_in_one_session_are_never_stored(
-    sidecar_on_echo, echo_upstream
-) -> None:
-    """Two users of one legacy session send id 7 at once: a server routing answers by id
-    may give either answer to either request, so neither may be stored."""
-    peer, _ = echo_upstream
-    gate = unique()
-    calls = peer.calls
-    session = "shared-" + unique()
-    requests = [
-        call(
-            sidecar_on_echo,
-            {"q": unique(), "hold": gate},
-            7,
-            authorization=who,
-            mcp_session_id=session,
-        )
-        for who in ("Bearer mallory", "Bearer bob")
-    ]
-    pending = asyncio.gather(*requests)
-    await async_wait_until(lambda: peer.calls == calls + 2, what="both calls upstream")
-    peer.gate(gate).set()
-    for response in await asyncio.wait_for(pending, 10):
-        assert response.headers["cache-status"] == "mcpcache; fwd=miss; detail=id-reused"
-    assert len(sidecar_on_echo.sidecar.cache) == 0
-    assert len(sidecar_on_echo.sidecar.proxy.session_ids) == 0
-
-
 async def test_an_answer_a_hit_could_not_repeat_exactly_is_not_stored(sidecar_on_echo) -> None:
     balance = 2**70 + 1
     result = f'{{"content": [{{"type": "text", "text": "b"}}], "balance": {balance}}}'

@@ -24,13 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from mcpcache.sidecar.config import (
-    RESOURCE_GROUP,
-    RESOURCE_KIND,
-    RESOURCE_PLURAL,
-    RESOURCE_VERSION,
-    Server,
-)
+from mcpcache.sidecar.config import Server
 
 from .configmap import (
     CONFIGMAP_NAME,
@@ -41,6 +35,7 @@ from .configmap import (
     is_managed,
     render_config,
 )
+from .crd import RESOURCE_GROUP, RESOURCE_KIND, RESOURCE_PLURAL, RESOURCE_VERSION
 from .kubeapi import MERGE_PATCH, ApiError, KubeAPI
 from .metrics import OperatorMetrics
 from .observed import ConfigMapRecord, ServerRecord

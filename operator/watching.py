@@ -189,7 +189,7 @@ class Watch:
 def watches(api: KubeAPI, state: ClusterState, namespaces: tuple[str, ...]) -> list[Watch]:
     """MCPServers, and the ConfigMaps named `mcpcache-servers` (the field selector is
     what lets RBAC rights on that one name suffice): cluster-wide, or per namespace."""
-    from mcpcache.sidecar.config import RESOURCE_GROUP, RESOURCE_PLURAL, RESOURCE_VERSION
+    from .crd import RESOURCE_GROUP, RESOURCE_PLURAL, RESOURCE_VERSION
 
     group = f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}"
     found: list[Watch] = []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from mcpcache.sidecar.coalesce import Coalescer, Flight, Outcome
-from mcpcache.sidecar.messages import RESULT
+from mcpcache.sidecar.rules.messages import RESULT
+from mcpcache.sidecar.upstream.flights import Coalescer, Flight, Outcome
 from peers.serving import async_wait_until
 
 

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from mcpcache.sidecar.config import SharedCache
 from mcpcache.sidecar.metrics import SharedMetrics
-from mcpcache.sidecar.shared import SharedTier
+from mcpcache.sidecar.tiers.redis_tier import SharedTier
 from peers.clients import call_body, call_headers, post, sse_messages, unique
 from peers.echo import who_answered
 from peers.redisserver import RedisServer

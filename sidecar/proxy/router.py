@@ -24,11 +24,9 @@ import cachetools
 import orjson
 from starlette.types import ASGIApp
 
-from . import cache_status, policy
-from .capture import ResponseCapture
-from .coalesce import ALONE, ENDED_EARLY, Coalescer, Flight, Head, Outcome
-from .config import Server, SidecarConfig
-from .errors import (
+from ..cache.store import Entry, ResponseCache
+from ..config import Server, SidecarConfig
+from ..edge.errors import (
     FORBIDDEN,
     LOOP_DETECTED,
     REQUEST_TOO_LARGE,
@@ -37,20 +35,22 @@ from .errors import (
     UPSTREAM_UNAVAILABLE,
     ProxyError,
 )
-from .headers import forward_headers, response_headers
-from .hit import HitResponse
-from .incoming import Incoming
+from ..edge.forwarded import BrokenBody, ForwardedResponse, StreamedResponse
+from ..edge.hit import HitResponse
+from ..edge.incoming import Incoming
+from ..edge.origin import OriginPolicy
+from ..metrics import Metrics
+from ..rules import answers, cache_status, policy
+from ..rules.capture import ResponseCapture
+from ..rules.headers import forward_headers, response_headers
+from ..rules.messages import ERROR, INVALID_REQUEST, RESULT, Message, Verdict, method_label
+from ..rules.notices import Notice
+from ..rules.session_ids import SessionRequestIds, Ticket
+from ..tiers.redis_tier import SharedTier
+from ..upstream.client import UpstreamClient, UpstreamFailure, UpstreamResponse
+from ..upstream.flights import ALONE, ENDED_EARLY, Coalescer, Flight, Head, Outcome
+from ..upstream.relay import Call, Relay
 from .invalidation import Invalidator
-from .messages import ERROR, INVALID_REQUEST, RESULT, Message, Verdict, method_label
-from .metrics import Metrics
-from .notices import Notice
-from .origin import OriginPolicy
-from .relay import Call, Relay
-from .responses import BrokenBody, ForwardedResponse, StreamedResponse
-from .session_ids import SessionRequestIds, Ticket
-from .shared import SharedTier
-from .store import Entry, ResponseCache
-from .upstream import UpstreamClient, UpstreamFailure, UpstreamResponse
 
 logger = logging.getLogger("mcpcache.sidecar")
 
@@ -252,7 +252,7 @@ class Proxy:
 
             def invalidate(verdict: Verdict, event_stream: bool) -> Verdict:
                 nonlocal done
-                if not done and policy.write_happened(verdict, status):
+                if not done and answers.write_happened(verdict, status):
                     self.invalidator.tools(server.name, globs, "write")
                 done = True
                 return verdict
@@ -282,7 +282,7 @@ class Proxy:
         key, server = request.key, request.server
         now = self.cache.timer()
         stale = self.cache.get_stale(key)
-        if stale is not None and policy.stale_while_revalidating(server, stale.expires_at, now):
+        if stale is not None and answers.stale_while_revalidating(server, stale.expires_at, now):
             if not self.coalescer.running(key):
                 self.coalescer.start(
                     key, self._fetcher(request), leader=False, shared=True, keep_going=True
@@ -354,7 +354,7 @@ class Proxy:
         entry = self.cache.get_stale(request.key)
         if entry is None:
             return None
-        if not policy.stale_on_error(request.server, entry.expires_at, self.cache.timer()):
+        if not answers.stale_on_error(request.server, entry.expires_at, self.cache.timer()):
             return None
         return entry
 
@@ -395,7 +395,7 @@ class Proxy:
             return
         self._forget_ended_session(incoming, server, response)
         status = response.status
-        refused = policy.response_refusal(
+        refused = answers.response_refusal(
             server, request.lookup, status, response.header_map, response.event_stream
         )
         capture = ResponseCapture(
@@ -414,7 +414,7 @@ class Proxy:
                 verdict = Verdict("invalidated")  # fetched before entries were dropped
             if learns and capture.final is not None and "result" in capture.final:
                 self.hints.learn(server.name, capture.final["result"])
-            ttl = policy.storage_ttl(
+            ttl = answers.storage_ttl(
                 server, verdict, response.header_map, message.method, request.lookup.ttl
             )
             verdict = self._store(request, verdict, event_stream, ttl)
@@ -623,7 +623,7 @@ class Request:
 
 def _outcome(status: int, capture: ResponseCapture, verdict: Verdict) -> Outcome:
     """The followers' answer, from the leader's answer as judged so far."""
-    share = policy.follower_share(status, verdict, capture.final_seen, capture.final is not None)
+    share = answers.follower_share(status, verdict, capture.final_seen, capture.final is not None)
     if share == "failed":
         if status >= 500:
             return Outcome("failed", upstream_status=status)

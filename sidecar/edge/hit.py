@@ -11,9 +11,9 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from . import cache_status
-from .messages import RESULT, frame_response
-from .store import Entry
+from ..cache.store import Entry
+from ..rules import cache_status
+from ..rules.messages import RESULT, frame_response
 
 
 class HitResponse:

@@ -8,7 +8,7 @@ wait for the final answer alone, which the flight settles on once the capture ha
 it. `Coalescer` is the registry by key: the key is always the one `policy.plan` gave, so
 two requests share a flight exactly when they would share a cache entry.
 
-Nothing here decides what followers may receive (that is `policy.follower_share`) or
+Nothing here decides what followers may receive (that is `answers.follower_share`) or
 frames an answer (that is `hit`); this module only keeps time, tasks and waiters.
 """
 
@@ -22,10 +22,10 @@ from typing import Final, Literal
 
 import anyio
 
-from .capture import ResponseCapture
+from ..edge.forwarded import BrokenBody
+from ..rules.capture import ResponseCapture
 from .channel import ChunkChannel
-from .responses import BrokenBody
-from .upstream import UpstreamFailure
+from .client import UpstreamFailure
 
 logger = logging.getLogger("mcpcache.sidecar")
 

@@ -132,6 +132,40 @@ def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _span(seconds: float | None) -> str:
+    """A span as a person reads it (`3h40m`, `12m5s`, `40s`); `-` for none."""
+    if seconds is None:
+        return "-"
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m{secs}s" if secs else f"{minutes}m"
+    return f"{secs}s"
+
+
+def _suggest(args: argparse.Namespace) -> int:
+    answer = _admin_call(args, "/admin/suggest")
+    if args.output == "json":
+        print(json.dumps(answer, indent=2))
+        return 0
+    rows = [["SERVER", "TOOL", "CALLS", "REPEATS", "ANSWERS", "STABLE FOR", "SUGGESTED TTL"]]
+    for name, tools in answer["servers"].items():
+        for tool, seen in tools.items():
+            rows.append(
+                [name, tool, str(seen["calls"]), str(seen["repeats"]), seen["verdict"],
+                 _span(seen["stableSeconds"]), seen["suggestedTTL"] or "no suggestion"]
+            )  # fmt: skip
+    if len(rows) == 1:
+        print("no upstream answers seen yet")
+        return 0
+    print(_table(rows, right={2, 3}))
+    print("\nSuggestions only: nothing is applied. Copy a TTL into the MCPServer's tool rule.")
+    return 0
+
+
 def _purge(args: argparse.Namespace) -> int:
     body = {"server": args.server}
     if args.tool:
@@ -192,6 +226,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _admin_options(stats)
     stats.set_defaults(run=_stats)
+
+    suggest = commands.add_parser(
+        "suggest",
+        help="per server and tool: how long repeated calls' answers stayed the same, and a "
+        "TTL to consider (never applied)",
+    )
+    _admin_options(suggest)
+    suggest.set_defaults(run=_suggest)
 
     purge = commands.add_parser(
         "purge", help="drop cached entries of a server (or of some of its tools or a resource)"

@@ -110,6 +110,14 @@ class Metrics:
             ["server", "header"],
             registry=self.registry,
         )
+        self.revalidations = Counter(
+            "mcpcache_revalidations",
+            "Hits fetched again in the background (the server's revalidateSample) and "
+            "compared with the entry: same, changed (the entry was replaced or dropped), "
+            "or failed (no comparable answer).",
+            ["server", "result"],
+            registry=self.registry,
+        )
         self.config_reloads = Counter(
             "mcpcache_config_reloads",
             "Configuration file reloads, by result.",

@@ -1,9 +1,11 @@
-"""Steering the cache from inside the pod: `POST /admin/purge` and `GET /admin/stats`.
+"""Steering the cache from inside the pod: `POST /admin/purge`, `GET /admin/stats` and
+`GET /admin/suggest`.
 
 Served on the proxy's own loopback listener, behind the same Host/Origin guard, and
 only to loopback peers: whoever can reach these can already call the servers. Neither
 says anything about callers: stats count entries per server and tool, a purge removes
-a server's, a tool's or a resource's entries for every caller alike.
+a server's, a tool's or a resource's entries for every caller alike, and suggestions
+come from digests of answers (see `cache.observations`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Scope
 
+from ..cache.observations import Observations
 from ..cache.store import ResponseCache
 from ..config import SidecarConfig
 from ..edge.errors import FORBIDDEN, UNKNOWN_SERVER, ProxyError
@@ -27,6 +30,7 @@ from ..rules.messages import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 
 PURGE_PATH: Final = "/admin/purge"
 STATS_PATH: Final = "/admin/stats"
+SUGGEST_PATH: Final = "/admin/suggest"
 MAX_ADMIN_BODY: Final = 16 << 10
 _PURGE_FIELDS: Final = {"server", "tool", "uri"}
 
@@ -53,8 +57,10 @@ class Admin:
         metrics: Metrics,
         invalidator: Invalidator,
         origin_policy: OriginPolicy,
+        observations: Observations | None = None,
     ) -> None:
         self._config = config
+        self.observations = observations if observations is not None else Observations()
         self.cache = cache
         self.metrics = metrics
         self.invalidator = invalidator
@@ -80,6 +86,10 @@ class Admin:
             if method != "GET":
                 raise _not_allowed(method, "GET")
             return _json(self.stats())
+        if path == SUGGEST_PATH:
+            if method != "GET":
+                raise _not_allowed(method, "GET")
+            return _json(self.suggest())
         raise ProxyError(404, INVALID_REQUEST, f"no admin endpoint at {path}")
 
     async def _purge(self, incoming: Incoming) -> Response:
@@ -139,6 +149,7 @@ class Admin:
                 "hits": int(counted.get("hit", 0)),
                 "misses": int(counted.get("miss", 0)),
                 "tools": dict(sorted(tools.items())),
+                "revalidations": self.observations.revalidations(name),
                 "resources": resources,
                 "lists": lists,
             }
@@ -154,6 +165,12 @@ class Admin:
             "misses": sum(s["misses"] for s in servers.values()),
             "servers": servers,
         }
+
+    def suggest(self) -> dict[str, Any]:
+        """Per server and tool: what the upstream's answers showed, and a suggested TTL
+        (never applied: a person copies it into the MCPServer)."""
+        names = sorted({s.name for s in self._config().servers} | set(self.observations.servers()))
+        return {"servers": {name: self.observations.suggest(name) for name in names}}
 
 
 def _not_allowed(method: str, allowed: str) -> ProxyError:

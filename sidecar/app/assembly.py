@@ -72,7 +72,14 @@ class Sidecar:
             self.invalidator,
             self.shared,
         )
-        self.admin = Admin(config, self.cache, self.metrics, self.invalidator, origin_policy)
+        self.admin = Admin(
+            config,
+            self.cache,
+            self.metrics,
+            self.invalidator,
+            origin_policy,
+            self.proxy.storage.observations,
+        )
         self.ready = False
         self._servers: list[uvicorn.Server] = []
         self.loop: asyncio.AbstractEventLoop | None = None

@@ -16,61 +16,16 @@ import heapq
 import itertools
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Literal, NamedTuple
 
 import cachetools
 
+from .entry import Entry, Layout, Scope, lay_out, rfc3339
+
+__all__ = ["Census", "Entry", "EvictionReason", "Layout", "ResponseCache", "Scope"]
+
 EvictionReason = Literal["expired", "capacity", "purged"]
-
-
-class Scope(NamedTuple):
-    """What an entry answers, for removing entries on request: a server and one of the
-    tool called, the resource read or the list method asked. Never the caller."""
-
-    server: str
-    tool: str | None = None
-    uri: str | None = None
-    listing: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """A stored result, kept as the bytes of the JSON-RPC `result` value.
-
-    The response a hit sends is these bytes framed around the caller's own `id`, so a hit
-    does no JSON encoding of the result.
-    """
-
-    result: bytes
-    event_stream: bool
-    """Whether the upstream answered as `text/event-stream` (a hit answers the same way)."""
-    stored_at: float
-    expires_at: float
-    session: str = ""
-    """Digest of the legacy session the answer was given in ("" for none)."""
-    keep_stale: float = 0.0
-    """Seconds past `expires_at` the entry is kept, never as a fresh answer."""
-    ttl_at: int = 0
-    """Where the value of the result's `ttlMs` starts in `result` (0: it has none)."""
-    seq: int = field(default=0, compare=False)
-    scope: Scope | None = None
-
-    @property
-    def size(self) -> int:
-        return len(self.result)
-
-    @property
-    def drop_at(self) -> float:
-        return self.expires_at + self.keep_stale
-
-    def result_parts(self, now: float) -> tuple[bytes | memoryview, bytes]:
-        """The stored result as (bytes, tail), its `ttlMs` restated as the freshness
-        left at `now` in milliseconds (0 once expired)."""
-        if not self.ttl_at:
-            return self.result, b""
-        left = max(0, int((self.expires_at - now) * 1000))
-        return memoryview(self.result)[: self.ttl_at], b"%d}" % left
 
 
 class Census(NamedTuple):
@@ -105,10 +60,13 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         max_bytes: int,
         timer: Callable[[], float] = time.monotonic,
         on_evict: Callable[[EvictionReason], None] | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(maxsize=max_bytes, getsizeof=_entry_size)
         self.max_entries = max_entries
         self.timer = timer
+        self.wall = wall
+        """The wall clock, for the time an entry was stored as an answer states it."""
         self._on_evict = on_evict
         self._expiry_heap: list[tuple[float, int, str]] = []
         self._seq = itertools.count()
@@ -162,20 +120,30 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         ttl_at: int = 0,
         age: float = 0.0,
         scope: Scope | None = None,
+        layout: Layout | None = None,
+        age_note: bool = False,
     ) -> Entry | None:
         """Store a result for `ttl` seconds, kept `keep_stale` seconds longer for stale
         answers; None when it can never fit the budget.
 
         `age` is how old the result already is (one copied from the shared tier), so that
-        a hit's `Age` counts from when the upstream answered."""
+        a hit's `Age` counts from when the upstream answered. `layout` says where a hit
+        writes into `result` (see `entry.encode`); without one, the bytes are laid out
+        here (a copy from the shared tier: once per copy, never per hit)."""
         if ttl <= 0 or len(result) > self.maxsize:
             return None
+        if layout is None:
+            result, layout = lay_out(result)
+            if layout is not None:
+                ttl_at = layout.ttl_at
         now = self.timer()
         stored_at = now - max(0.0, age)
+        stamp = rfc3339(self.wall() - max(0.0, age))
         seq = next(self._seq)
         entry = Entry(
-            result, event_stream, stored_at, now + ttl, session, keep_stale, ttl_at, seq, scope
-        )
+            result, event_stream, stored_at, now + ttl, session, keep_stale, ttl_at, seq, scope,
+            layout, stamp, age_note,
+        )  # fmt: skip
         self._put(key, entry)
         return self.get(key)
 

@@ -110,6 +110,12 @@ class ServerCache(Model):
     """How long past its TTL an entry may answer when the upstream fails; unset: never."""
     stale_while_revalidate: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
     """How long past its TTL an entry may answer at once while it is fetched again."""
+    age_note: bool = Field(default=False, strict=True)
+    """A hit's (or stale answer's) first text content item says how old it is: text is
+    the only part of a result sure to reach the model. The age is in `_meta` always."""
+    revalidate_sample: float = Field(default=0.0, ge=0.0, le=1.0, strict=True)
+    """The fraction of hits fetched again in the background, with the hit's own request,
+    and compared with the entry (a changed answer replaces it)."""
     only_read_only_tools: bool = Field(default=False, strict=True)
     """Cache only tools the server's `tools/list` marks `readOnlyHint: true` (a rule with
     `enabled: true` overrides); a tool the sidecar has not seen listed is not cached."""

@@ -13,7 +13,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..cache.store import Entry
 from ..rules import cache_status
-from ..rules.messages import RESULT, frame_response
+from ..rules.messages import RESULT, frame_parts, frame_response
 
 
 class HitResponse:
@@ -44,19 +44,17 @@ class HitResponse:
 
     @classmethod
     def of(cls, entry: Entry, request_id: Any, now: float, from_tier: bool = False) -> HitResponse:
-        """The stored result framed under the caller's own JSON-RPC id, its `ttlMs` (if
-        it has one) restated as the freshness left; `from_tier` when it came from the
-        Redis tier."""
-        result, tail = entry.result_parts(now)
-        body = frame_response(request_id, result, entry.event_stream, tail=tail)
+        """The stored result framed under the caller's own JSON-RPC id, its age in
+        `_meta` and its `ttlMs` (if it has one) restated as the freshness left;
+        `from_tier` when it came from the Redis tier."""
+        body = frame_parts(request_id, entry.result_parts(now), entry.event_stream)
         status = cls._TIER_STATUS if from_tier else cls._STATUS
         return cls(body, entry.event_stream, int(now - entry.stored_at), status)
 
     @classmethod
     def stale(cls, entry: Entry, request_id: Any, now: float, status: str) -> HitResponse:
         """An expired entry, on purpose: `Age` past the TTL says how old, `status` why."""
-        result, tail = entry.result_parts(now)
-        body = frame_response(request_id, result, entry.event_stream, tail=tail)
+        body = frame_parts(request_id, entry.result_parts(now), entry.event_stream)
         return cls(body, entry.event_stream, int(now - entry.stored_at), _status_header(status))
 
     @classmethod

@@ -9,16 +9,17 @@ headers and body: whoever else waits for the answer, the credentials are this re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
+from ..cache.observations import Observations, answer_digest, scope_label
 from ..cache.store import ResponseCache
 from ..config import Server
 from ..edge.forwarded import BrokenBody
 from ..edge.incoming import Incoming
 from ..metrics import Metrics
-from ..rules import answers, cache_status, policy
+from ..rules import answers, cache_status, freshness, policy
 from ..rules.capture import ResponseCapture
 from ..rules.headers import forward_headers, response_headers
 from ..rules.messages import ERROR, RESULT, Message, Verdict
@@ -26,6 +27,7 @@ from ..tiers.redis_tier import SharedTier
 from ..upstream.client import UpstreamFailure
 from ..upstream.exchange import Exchange, Exchanges, Outbound
 from ..upstream.flights import ALONE, ENDED_EARLY, Flight, Head, Outcome
+from ..upstream.relay import Relay
 from .invalidation import Invalidator
 
 
@@ -59,6 +61,8 @@ class Storage:
     tier: SharedTier | None
     invalidator: Invalidator
     metrics: Metrics
+    observations: Observations = field(default_factory=Observations)
+    """What the upstream's answers showed over time (for `suggest` and revalidations)."""
 
 
 class Fetch:
@@ -91,6 +95,9 @@ class Fetch:
         self._header_map: dict[str, str] = {}
         self._epoch = 0
         self._learns = policy.learns_tools(server, request.message)
+        self._relay: Relay | None = None
+        self.result: bytes | None = None
+        """The result as it leaves, when it is not the upstream's bytes (see `freshness`)."""
 
     async def run(self, flight: Flight) -> None:
         """The flight's task: open, relay to the leader, judge, settle."""
@@ -114,7 +121,7 @@ class Fetch:
         flight.capture = capture
         if refused is not None:
             flight.settle(_outcome(status, capture, Verdict(refused)))
-        relay = exchange.relay(response, self)
+        relay = self._relay = exchange.relay(response, self)
         headers = tuple(response_headers(response.headers))
         if response.event_stream:
             flight.open_head(Head(status, headers, cache_status.MISS))
@@ -127,6 +134,8 @@ class Fetch:
                 flight.fail(exc)
                 return
             if relay.done:
+                if self.result is not None:
+                    prefix = freshness.rewritten_body(request.message.id, self.result, False)
                 flight.open_head(Head(status, headers, relay.cache_status(), prefix, True))
                 return
             too_large = cache_status.forwarded("miss", cache_status.detail("too_large"))
@@ -151,15 +160,28 @@ class Fetch:
         final = capture.final if capture is not None else None
         if self._learns and final is not None and "result" in final:
             storage.invalidator.hints.learn(server.name, final["result"])
+        if final is not None and isinstance(final.get("result"), dict):
+            digest = answer_digest(final["result"])
+            label, now = scope_label(request.lookup.scope), storage.cache.timer()
+            storage.observations.saw(server.name, label, request.key, digest, now)
+        rewrite = final is not None and freshness.overrides(server, request.message.method, final)
+        if rewrite and final is not None:
+            verdict = freshness.storable(verdict, final)
         ttl = answers.storage_ttl(
             server, verdict, self._header_map, request.message.method, request.lookup.ttl
         )
         verdict = self._store(verdict, event_stream, ttl)
+        if rewrite and verdict.reason is None:
+            self.result = freshness.restated(verdict, ttl)
+            if event_stream and self._relay is not None and capture is not None:
+                message = freshness.rewritten_body(request.message.id, self.result, False)
+                self._relay.edit = freshness.event_editor(capture.final_raw, message)
         # Settled, the flight takes no new followers: with none waiting, nobody reads
         # their share, so it is not built.
         flight = self._flight
         assert capture is not None
-        flight.settle(_outcome(self._status, capture, verdict) if flight.followers else ALONE)
+        share = _outcome(self._status, capture, verdict, self.result) if flight.followers else ALONE
+        flight.settle(share)
         return verdict
 
     def _store(self, verdict: Verdict, event_stream: bool, ttl: float) -> Verdict:
@@ -181,6 +203,8 @@ class Fetch:
                 server.cache.keep_stale,
                 verdict.ttl_at,
                 scope=lookup.scope,
+                layout=verdict.layout,
+                age_note=server.cache.age_note,
             )
             if stored is None:
                 verdict = Verdict("over_budget")
@@ -200,8 +224,11 @@ class Fetch:
         return verdict
 
 
-def _outcome(status: int, capture: ResponseCapture, verdict: Verdict) -> Outcome:
-    """The followers' answer, from the leader's answer as judged so far."""
+def _outcome(
+    status: int, capture: ResponseCapture, verdict: Verdict, result: bytes | None = None
+) -> Outcome:
+    """The followers' answer, from the leader's answer as judged so far (`result`: the
+    result as it leaves, when the sidecar rewrote it)."""
     share = answers.follower_share(status, verdict, capture.final_seen, capture.final is not None)
     if share == "failed":
         if status >= 500:
@@ -212,5 +239,5 @@ def _outcome(status: int, capture: ResponseCapture, verdict: Verdict) -> Outcome
         return ALONE
     final = capture.final
     member = RESULT if "result" in final else ERROR
-    payload = orjson.dumps(final["result"] if "result" in final else final["error"])
+    payload = result or orjson.dumps(final["result"] if "result" in final else final["error"])
     return Outcome("answer", member, payload, capture.event_stream, verdict.reason)

@@ -44,6 +44,7 @@ from ..upstream.sessions import LegacySessions
 from .fetching import CacheableRequest, Fetch, Storage
 from .invalidation import Invalidator
 from .passing import pass_through
+from .revalidation import Revalidation
 
 logger = logging.getLogger("mcpcache.sidecar")
 
@@ -77,6 +78,7 @@ class Proxy:
         self.exchanges = Exchanges(client, metrics, self.sessions, invalidator.notice)
         self.storage = Storage(cache, tier, invalidator, metrics)
         self.coalescer = Coalescer()
+        self.revalidation = Revalidation(self.exchanges, self.storage, self.coalescer, self.via)
 
     async def aclose(self) -> None:
         """End every upstream fetch still running (at shutdown)."""
@@ -109,6 +111,8 @@ class Proxy:
         entry = self.cache.get_fresh(plan.key)
         if entry is not None:
             self.metrics.count(server.name, method, "hit")
+            if server.cache.revalidate_sample:
+                self.revalidation.sample(incoming, server, message, raw, plan, config.app_id, entry)
             return HitResponse.of(entry, message.id, self.cache.timer())
         generation = None
         if self.tier is not None and not plan.session:
@@ -156,6 +160,7 @@ class Proxy:
             ttl_at=value.ttl_at,
             age=age,
             scope=plan.scope,
+            age_note=server.cache.age_note,
         )
         if entry is None:  # larger than the whole memory budget: served, not kept
             now = self.cache.timer()

@@ -68,6 +68,8 @@ class ResponseCapture:
         self.verdict: Verdict | None = Verdict(refused) if refused is not None else None
         self.final: dict[str, Any] | None = None
         """The final response, when it was no larger than `max_size` (for followers)."""
+        self.final_raw = b""
+        """Its bytes as the upstream sent them (an event's data), when it is kept."""
         self.notices: list[Notice] = []
         """Notifications seen before the final response that say entries are out of
         date; whoever follows the capture takes them out."""
@@ -163,6 +165,7 @@ class ResponseCapture:
         self.final_seen = True
         if len(raw) <= self.max_size:
             self.final = message
+            self.final_raw = raw
         if self.verdict is not None:
             return  # refused before the body: followed, never kept
         if self._server_request:

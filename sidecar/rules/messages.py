@@ -11,10 +11,12 @@ import decimal
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 import orjson
+
+from ..cache.entry import Layout, encode
 
 CACHEABLE_METHODS: Final = frozenset({"tools/call", "resources/read"})
 METADATA_METHODS: Final = frozenset(
@@ -198,6 +200,8 @@ class Verdict:
     ttl_cap: float | None = None
     ttl_at: int = 0
     """Where the value of the result's `ttlMs` starts in `result` (0: it has none)."""
+    layout: Layout | None = field(default=None, compare=False)
+    """Where a hit writes into `result` (read from `result`, so not compared)."""
 
 
 def judge_response(response: Mapping[str, Any]) -> Verdict:
@@ -222,19 +226,15 @@ def judge_response(response: Mapping[str, Any]) -> Verdict:
         if ttl_ms <= 0:
             return Verdict("ttl_zero")
         ttl_cap = ttl_ms / 1000
-    encoded, ttl_at = encode_result(result)
-    return Verdict(None, encoded, ttl_cap, ttl_at)
+    encoded, layout = encode(result)
+    return Verdict(None, encoded, ttl_cap, layout.ttl_at, layout)
 
 
 def encode_result(result: Mapping[str, Any]) -> tuple[bytes, int]:
-    """A result's bytes with its `ttlMs` (when it has one) written last, and the offset
-    of that value: a hit restates the remaining freshness there without re-encoding."""
-    ttl_ms = result.get("ttlMs")
-    if not isinstance(ttl_ms, int | float) or isinstance(ttl_ms, bool):
-        return orjson.dumps(result), 0  # none, or none a client could read: left as it is
-    rest = orjson.dumps({k: v for k, v in result.items() if k != "ttlMs"})
-    head = rest[:-1] + (b',"ttlMs":' if len(rest) > 2 else b'"ttlMs":')
-    return head + orjson.dumps(result["ttlMs"]) + b"}", len(head)
+    """A result's stored bytes (see `cache.entry.encode`) and the offset of its `ttlMs`
+    value: a hit restates the remaining freshness there without re-encoding."""
+    encoded, layout = encode(result)
+    return encoded, layout.ttl_at
 
 
 def _number_shapes() -> bytes:
@@ -320,6 +320,15 @@ def frame_response(
         parts.insert(0, _EVENT_HEAD)
         parts.append(b"\n\n")
     return b"".join(parts)
+
+
+def frame_parts(
+    request_id: Any, parts: tuple[bytes | memoryview, ...], event: bool = False
+) -> bytes:
+    """`frame_response` for a result given as parts to join (a hit's, see `Entry`)."""
+    head = (_EVENT_HEAD, _RESPONSE_HEAD) if event else (_RESPONSE_HEAD,)
+    end = (b"}\n\n",) if event else (b"}",)
+    return b"".join((*head, orjson.dumps(request_id), RESULT, *parts, *end))
 
 
 def frame_event(data: bytes) -> bytes:

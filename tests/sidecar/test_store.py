@@ -192,12 +192,11 @@ def test_a_stored_ttl_hint_is_restated_as_the_freshness_left() -> None:
     entry = cache.store("k", result, False, ttl=30, ttl_at=ttl_at)
     assert entry is not None
     clock.now += 12.5
-    head, tail = entry.result_parts(clock.now)
-    restated = orjson.loads(bytes(head) + tail)
+    restated = orjson.loads(b"".join(entry.result_parts(clock.now)))
+    assert restated.pop("_meta")["io.mcpcache/age"] == 12
     assert restated == {"content": [], "ttlMs": 17500, "cacheScope": "private"}
     clock.now += 60
-    head, tail = entry.result_parts(clock.now)
-    assert orjson.loads(bytes(head) + tail)["ttlMs"] == 0
+    assert orjson.loads(b"".join(entry.result_parts(clock.now)))["ttlMs"] == 0
 
 
 def test_only_a_numeric_ttl_hint_is_restated() -> None:

@@ -1,8 +1,8 @@
 // The stock TypeScript SDK client (session era), as a caller of the sidecar in tests.
 // Usage: node client.mjs URL TOOL ARGUMENTS_JSON TIMES
 // Initializes a session, calls TOOL with ARGUMENTS TIMES times, and prints one JSON line
-// per call: {"cacheStatus": ..., "text": ...}, the Cache-Status header of the response
-// that carried the call's answer and the answer's first text item. Exits non-zero on any
+// per call: {"cacheStatus": ..., "text": ..., "meta": ...}, the Cache-Status header of the
+// response that carried the call's answer, the answer's first text item and its `_meta`. Exits non-zero on any
 // failure, within the timeout given to each request.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -26,6 +26,7 @@ for (let i = 0; i < Number(times); i++) {
     { timeout: 10000 },
   );
   const text = result.content?.[0]?.text ?? null;
-  process.stdout.write(`${JSON.stringify({ cacheStatus: lastCallStatus, text })}\n`);
+  const meta = result._meta ?? null;
+  process.stdout.write(`${JSON.stringify({ cacheStatus: lastCallStatus, text, meta })}\n`);
 }
 await client.close();

@@ -1,0 +1,217 @@
+"""A stored result and how a hit writes into it without parsing it.
+
+A hit's cost is a product goal (tens of microseconds), so a result is stored as the bytes
+of its JSON value, laid out once, when it is stored, so that everything a hit adds or
+restates goes at offsets known in advance: the answer's age in `_meta` (first member),
+an optional note as the first `content` item (second member), and the freshness left in
+`ttlMs` (last member). A hit joins slices of the stored bytes around a few formatted
+numbers; it never decodes or encodes the result.
+
+Pure, no I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, NamedTuple
+
+import orjson
+
+AGE: Final = "io.mcpcache/age"
+STORED_AT: Final = "io.mcpcache/storedAt"
+"""The `_meta` members of an answer from the cache: its age in seconds and when it was
+stored (RFC 3339, UTC). An upstream's own values of them are not kept: they would be
+another cache's."""
+_OURS: Final = frozenset({AGE, STORED_AT})
+
+
+class Scope(NamedTuple):
+    """What an entry answers, for removing entries on request: a server and one of the
+    tool called, the resource read or the list method asked. Never the caller."""
+
+    server: str
+    tool: str | None = None
+    uri: str | None = None
+    listing: str | None = None
+
+
+class Layout(NamedTuple):
+    """Offsets into a stored result where a hit writes (0: nowhere)."""
+
+    ttl_at: int = 0
+    """Where the value of `ttlMs` starts (it is the last member)."""
+    meta_at: int = 0
+    """Where the age members go: just inside `_meta`'s brace, or after the result's
+    opening brace when it has no `_meta` (`meta_open`)."""
+    meta_open: bool = False
+    meta_more: bool = False
+    """Something follows the age members there: they end with a comma."""
+    content_at: int = 0
+    """Just inside the `content` list's bracket, where a note goes first."""
+    content_more: bool = False
+
+
+def encode(result: Mapping[str, Any], ttl_ms: int | None = None) -> tuple[bytes, Layout]:
+    """A result's stored bytes, `_meta` first, `content` second and `ttlMs` last, and
+    where a hit writes into them. `ttl_ms`: write this `ttlMs` instead of the result's
+    own (the operator's freshness, see `rules.freshness`)."""
+    out = bytearray(b"{")
+    members = 0
+
+    def member(name: str, value: bytes) -> int:
+        nonlocal members
+        if members:
+            out.extend(b",")
+        members += 1
+        out.extend(orjson.dumps(name) + b":")
+        start = len(out)
+        out.extend(value)
+        return start
+
+    meta_at = content_at = ttl_at = 0
+    meta_open = meta_more = content_more = False
+    meta = result.get("_meta")
+    if "_meta" not in result:
+        meta_at, meta_open = 1, True
+    elif isinstance(meta, dict):
+        own = {k: v for k, v in meta.items() if k not in _OURS}
+        meta_at, meta_more = member("_meta", orjson.dumps(own)) + 1, bool(own)
+    else:
+        member("_meta", orjson.dumps(meta))  # not an object: left as it is, no age
+    content = result.get("content")
+    if isinstance(content, list):
+        content_at, content_more = member("content", orjson.dumps(content)) + 1, bool(content)
+    for name, value in result.items():
+        if name not in ("_meta", "content", "ttlMs"):
+            member(name, orjson.dumps(value))
+    ttl = result.get("ttlMs") if ttl_ms is None else ttl_ms
+    if "ttlMs" in result or ttl_ms is not None:
+        if isinstance(ttl, int | float) and not isinstance(ttl, bool):
+            ttl_at = member("ttlMs", orjson.dumps(ttl))
+        else:
+            member("ttlMs", orjson.dumps(ttl))  # none a client could read: as it is
+    out.extend(b"}")
+    if meta_open:
+        meta_more = members > 0
+    return bytes(out), Layout(ttl_at, meta_at, meta_open, meta_more, content_at, content_more)
+
+
+def lay_out(result: bytes) -> tuple[bytes, Layout | None]:
+    """The layout of stored bytes that came without one (a copy from the shared tier),
+    re-encoded the way `encode` does; None for bytes that are not a JSON object."""
+    try:
+        parsed = orjson.loads(result)
+    except orjson.JSONDecodeError:
+        return result, None
+    if not isinstance(parsed, dict):
+        return result, None
+    return encode(parsed)
+
+
+def rfc3339(wall: float) -> bytes:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall)).encode()
+
+
+def span(seconds: int) -> bytes:
+    """A short reading of an age for the model: `42s`, `3m12s`, `2h5m`, `3d4h`."""
+    minutes, secs = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return b"%dd%dh" % (days, hours)
+    if hours:
+        return b"%dh%dm" % (hours, minutes)
+    if minutes:
+        return b"%dm%ds" % (minutes, secs)
+    return b"%ds" % secs
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A stored result, kept as the bytes of the JSON-RPC `result` value.
+
+    The response a hit sends is these bytes framed around the caller's own `id`, so a hit
+    does no JSON encoding of the result.
+    """
+
+    result: bytes
+    event_stream: bool
+    """Whether the upstream answered as `text/event-stream` (a hit answers the same way)."""
+    stored_at: float
+    expires_at: float
+    session: str = ""
+    """Digest of the legacy session the answer was given in ("" for none)."""
+    keep_stale: float = 0.0
+    """Seconds past `expires_at` the entry is kept, never as a fresh answer."""
+    ttl_at: int = 0
+    """Where the value of the result's `ttlMs` starts in `result` (0: it has none)."""
+    seq: int = field(default=0, compare=False)
+    scope: Scope | None = None
+    layout: Layout | None = None
+    """Where a hit writes the age (None: it does not, the bytes were not laid out)."""
+    stamp: bytes = b""
+    """When it was stored, as RFC 3339 (wall clock)."""
+    note: bool = False
+    """A hit's first text item says how old it is (the server's `ageNote`)."""
+
+    @property
+    def size(self) -> int:
+        return len(self.result)
+
+    @property
+    def drop_at(self) -> float:
+        return self.expires_at + self.keep_stale
+
+    def result_parts(self, now: float) -> tuple[bytes | memoryview, ...]:
+        """The stored result as parts to join: its age and storage time in `_meta` (and,
+        with `note`, a first text item saying so), its `ttlMs` restated as the
+        freshness left at `now` in milliseconds (0 once expired)."""
+        result, layout = self.result, self.layout
+        if layout is None or not layout.meta_at:
+            if not self.ttl_at:
+                return (result,)
+            left = max(0, int((self.expires_at - now) * 1000))
+            return memoryview(result)[: self.ttl_at], b"%d}" % left
+        view = memoryview(result)
+        age = max(0, int(now - self.stored_at))
+        meta_at, content_at, ttl_at = layout.meta_at, layout.content_at, layout.ttl_at
+        parts: list[bytes | memoryview] = [view[:meta_at], self._age(age)]
+        at = meta_at
+        if self.note and content_at:
+            parts += (view[at:content_at], self._note(age))
+            at = content_at
+        if ttl_at:
+            left = max(0, int((self.expires_at - now) * 1000))
+            parts += (view[at:ttl_at], b"%d}" % left)
+        else:
+            parts.append(view[at:])
+        return tuple(parts)
+
+    def _age(self, age: int) -> bytes:
+        layout = self.layout
+        assert layout is not None
+        return b"".join(
+            (
+                b'"_meta":{"' if layout.meta_open else b'"',
+                b'io.mcpcache/age":%d,"io.mcpcache/storedAt":"' % age,
+                self.stamp,
+                b'"}' if layout.meta_open else b'"',
+                b"," if layout.meta_more else b"",
+            )
+        )
+
+    def _note(self, age: int) -> bytes:
+        layout = self.layout
+        assert layout is not None
+        return b"".join(
+            (
+                b'{"type":"text","text":"[From a cache: this answer is ',
+                span(age),
+                b" old, stored ",
+                self.stamp,
+                b'.]"}',
+                b"," if layout.content_more else b"",
+            )
+        )

@@ -1,0 +1,121 @@
+"""Sampled revalidation: is the cache right, not just hit?
+
+A hit rate says how often the cache answered, not whether the answer was still true.
+With `revalidateSample` on a server, that fraction of its hits is fetched again in the
+background, after the hit was answered, and the upstream's result compared with the
+entry the caller received (their hints left out: `ttlMs`, `cacheScope`, `_meta`). A
+tool with many `changed` has a TTL that is too long.
+
+The fetch is the hit's own request, its own headers and body: the credentials are that
+caller's, exactly as on a miss of the same key, and the answer is filed under the same
+key. It is the stale-while-revalidate refresh (a flight with no client) with a
+comparison on top: a storable answer replaces the entry as any refresh does; a changed
+one that may not be stored removes it, since it is known to be out of date.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import orjson
+
+from ..cache.entry import Entry
+from ..cache.observations import Revalidated, answer_digest, scope_label
+from ..config import Server
+from ..edge.incoming import Incoming
+from ..rules import policy
+from ..rules.messages import Message, Verdict, method_label
+from ..upstream.exchange import Exchanges
+from ..upstream.flights import Coalescer, Flight
+from .fetching import CacheableRequest, Fetch, Storage
+
+
+class Recheck(Fetch):
+    """A `Fetch` of a request that was just answered from `entry`, compared with it."""
+
+    def __init__(
+        self,
+        exchanges: Exchanges,
+        storage: Storage,
+        request: CacheableRequest,
+        via: str,
+        entry: Entry,
+    ) -> None:
+        super().__init__(exchanges, storage, request, via)
+        self._entry = entry
+        self._counted = False
+
+    async def run(self, flight: Flight) -> None:
+        try:
+            await super().run(flight)
+        finally:
+            if not self._counted:  # the upstream did not answer, or not in full
+                self._count("failed")
+
+    def judged(self, verdict: Verdict, event_stream: bool) -> Verdict:
+        final = self.capture.final if self.capture is not None else None
+        result = final.get("result") if final is not None else None
+        if self._status != 200 or not isinstance(result, dict) or result.get("isError"):
+            self._count("failed")
+            return super().judged(verdict, event_stream)
+        same = answer_digest(result) == _digest_of(self._entry.result)
+        self._count("same" if same else "changed")
+        verdict = super().judged(verdict, event_stream)
+        if not same and verdict.reason is not None:
+            cache = self._storage.cache
+            if cache.get(self._request.key) is self._entry:
+                cache.purge([self._request.key])
+        return verdict
+
+    def _count(self, result: Revalidated) -> None:
+        self._counted = True
+        storage, request = self._storage, self._request
+        server = request.server.name
+        storage.metrics.revalidations.labels(server, result).inc()
+        storage.observations.revalidated(server, scope_label(request.lookup.scope), result)
+
+
+def _digest_of(stored: bytes) -> bytes:
+    try:
+        parsed = orjson.loads(stored)
+    except orjson.JSONDecodeError:
+        return b""
+    return answer_digest(parsed) if isinstance(parsed, dict) else b""
+
+
+class Revalidation:
+    """Starts the sampled rechecks of hits, one at a time per key."""
+
+    def __init__(
+        self,
+        exchanges: Exchanges,
+        storage: Storage,
+        coalescer: Coalescer,
+        via: str,
+        chance: Callable[[], float] = random.random,
+    ) -> None:
+        self._exchanges = exchanges
+        self._storage = storage
+        self._coalescer = coalescer
+        self._via = via
+        self._chance = chance
+
+    def sample(
+        self,
+        incoming: Incoming,
+        server: Server,
+        message: Message,
+        raw: bytes,
+        plan: policy.Lookup,
+        app_id: str,
+        entry: Entry,
+    ) -> None:
+        """Maybe recheck the hit just answered from `entry` (`revalidateSample` of the
+        hits); never while the key is already being fetched."""
+        if self._chance() >= server.cache.revalidate_sample or self._coalescer.running(plan.key):
+            return
+        method = method_label(message.method)
+        request = CacheableRequest(incoming, server, message, raw, plan, method, app_id)
+        recheck = Recheck(self._exchanges, self._storage, request, self._via, entry)
+        self._coalescer.start(plan.key, recheck.run, leader=False, joinable=True, keep_going=True)

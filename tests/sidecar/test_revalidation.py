@@ -1,0 +1,126 @@
+"""`revalidateSample`: a fraction of hits is fetched again in the background, with the
+hit's own request, and compared with the entry; a changed answer replaces it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from peers.clients import call_body, call_headers, post, unique
+from peers.serving import ServedApp, async_wait_until
+from peers.sidecar import RunningSidecar, one_server
+from peers.upstream import Upstream
+
+
+async def call(
+    sidecar: RunningSidecar, tool: str, arguments: dict[str, Any], request_id: Any = 1, **headers
+) -> httpx.Response:
+    return await post(
+        sidecar.url("s"), call_body(request_id, tool, arguments), call_headers(tool, **headers)
+    )
+
+
+def text(response: httpx.Response) -> str:
+    return response.json()["result"]["content"][0]["text"]
+
+
+def revalidations(sidecar: RunningSidecar, result: str) -> float:
+    return sidecar.sample("mcpcache_revalidations_total", server="s", result=result)
+
+
+def admin_stats(sidecar: RunningSidecar) -> dict[str, Any]:
+    response = httpx.get(f"http://127.0.0.1:{sidecar.port}/admin/stats", timeout=5)
+    stats: dict[str, Any] = response.json()
+    return stats
+
+
+@pytest.fixture
+def own_upstream() -> Iterator[tuple[Upstream, ServedApp]]:
+    """An upstream of this test's own (its call counts and callers are this test's)."""
+    peer = Upstream()
+    app = ServedApp(peer.app(json_response=True)).start()
+    yield peer, app
+    if app.server.started and not app.server.should_exit:
+        app.stop()
+
+
+async def test_a_changed_upstream_result_is_caught_by_sampling_and_replaces_the_entry(
+    make_sidecar, own_upstream
+) -> None:
+    peer, app = own_upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", ttl="60s", revalidateSample=1))
+    arguments = {"text": unique()}
+    first = await call(sidecar, "echo", arguments, "first")
+    hit = await call(sidecar, "echo", arguments, "hit")
+    assert hit.headers["cache-status"] == "mcpcache; hit"
+    assert text(hit) == text(first), "the hit answers at once, from the entry"
+    await async_wait_until(lambda: revalidations(sidecar, "changed") == 1, 10, "a revalidation")
+    assert peer.calls["echo"] == 2, "the echo counts its calls: its answer changed"
+    after = await call(sidecar, "echo", arguments, "after")
+    assert after.headers["cache-status"] == "mcpcache; hit"
+    assert text(after) == f"{arguments['text']} #2", "the entry was replaced"
+    assert admin_stats(sidecar)["servers"]["s"]["revalidations"]["echo"]["changed"] >= 1
+
+
+async def test_an_unchanged_result_is_counted_as_the_same(make_sidecar, own_upstream) -> None:
+    peer, app = own_upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", revalidateSample=1))
+    arguments = {"text": unique()}
+    await call(sidecar, "stable", arguments, 1)
+    await call(sidecar, "stable", arguments, 2)
+    await async_wait_until(lambda: revalidations(sidecar, "same") == 1, 10, "a revalidation")
+    assert peer.calls["stable"] == 2
+    assert revalidations(sidecar, "changed") == 0
+    counted = admin_stats(sidecar)["servers"]["s"]["revalidations"]
+    assert counted == {"stable": {"same": 1, "changed": 0, "failed": 0}}
+
+
+async def test_sampling_sends_each_hits_own_request_with_its_own_callers_credentials(
+    make_sidecar, own_upstream
+) -> None:
+    peer, app = own_upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", revalidateSample=1))
+    arguments = {"text": unique()}
+    alice, bob = {"authorization": "Bearer alice"}, {"authorization": "Bearer bob"}
+    await call(sidecar, "whoami", arguments, 1, **alice)
+    await call(sidecar, "whoami", arguments, 2, **bob)
+    assert peer.callers == ["Bearer alice", "Bearer bob"]
+    for seen, caller in enumerate((alice, bob, alice, bob), start=1):
+        hit = await call(sidecar, "whoami", arguments, 3, **caller)
+        assert hit.headers["cache-status"] == "mcpcache; hit"
+        assert text(hit).startswith(f"user={caller['authorization']} ")
+        await async_wait_until(
+            lambda n=seen: revalidations(sidecar, "changed") == n, 10, "the hit's revalidation"
+        )
+        assert peer.callers[-1] == caller["authorization"], "the hit's own caller went upstream"
+    assert peer.callers[2:] == ["Bearer alice", "Bearer bob"] * 2
+
+
+async def test_a_revalidation_that_fails_is_counted_and_keeps_the_entry(
+    make_sidecar, own_upstream
+) -> None:
+    _, app = own_upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", revalidateSample=1, timeout="2s"))
+    arguments = {"text": unique()}
+    first = await call(sidecar, "echo", arguments, 1)
+    app.stop()
+    hit = await call(sidecar, "echo", arguments, 2)
+    await async_wait_until(lambda: revalidations(sidecar, "failed") == 1, 10, "a revalidation")
+    again = await call(sidecar, "echo", arguments, 3)
+    assert again.headers["cache-status"] == "mcpcache; hit"
+    assert text(again) == text(hit) == text(first)
+
+
+async def test_without_revalidate_sample_a_hit_never_goes_upstream(
+    make_sidecar, own_upstream
+) -> None:
+    peer, app = own_upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp"))
+    arguments = {"text": unique()}
+    for request_id in range(5):
+        await call(sidecar, "echo", arguments, request_id)
+    assert peer.calls["echo"] == 1
+    assert revalidations(sidecar, "same") + revalidations(sidecar, "changed") == 0

@@ -1,0 +1,140 @@
+"""What a hit writes into a stored result without parsing it: the answer's age and when
+it was stored in `_meta`, an optional note as the first text item, the freshness left
+in `ttlMs`; laid out once, when the result is stored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from mcpcache.sidecar.cache.entry import encode, span
+from mcpcache.sidecar.cache.store import ResponseCache
+from mcpcache.sidecar.rules.messages import frame_parts
+
+WALL = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def hit(result: dict[str, Any], seconds_later: float, note: bool = False) -> dict[str, Any]:
+    """The result a hit answers `seconds_later` after storing `result` for a minute."""
+    clock = Clock()
+    cache = ResponseCache(10, 1 << 20, timer=clock, wall=lambda: WALL)
+    encoded, layout = encode(result)
+    entry = cache.store("k", encoded, False, ttl=60, layout=layout, age_note=note)
+    assert entry is not None
+    clock.now += seconds_later
+    answered: dict[str, Any] = orjson.loads(b"".join(entry.result_parts(clock.now)))
+    return answered
+
+
+AGE = {"io.mcpcache/age": 42, "io.mcpcache/storedAt": "2027-01-15T08:00:00Z"}
+
+
+@pytest.mark.parametrize(
+    ("result", "meta"),
+    [
+        ({"content": [{"type": "text", "text": "a"}]}, AGE),
+        ({}, AGE),
+        ({"content": [], "_meta": {}}, AGE),
+        ({"content": [], "_meta": {"trace": "t1"}}, {"trace": "t1", **AGE}),
+        ({"_meta": {"io.mcpcache/age": 3600, "x": 1}, "isError": False}, {"x": 1, **AGE}),
+    ],
+)
+def test_a_hit_carries_its_age_and_storage_time_in_meta(
+    result: dict[str, Any], meta: dict[str, Any]
+) -> None:
+    answered = hit(result, 42.7)
+    assert answered.pop("_meta") == meta
+    assert answered == {k: v for k, v in result.items() if k != "_meta"}
+
+
+def test_a_meta_that_is_not_an_object_is_left_as_it_is() -> None:
+    assert hit({"content": [], "_meta": "odd"}, 5) == {"content": [], "_meta": "odd"}
+
+
+def test_age_note_puts_a_first_text_item_saying_how_old_the_answer_is() -> None:
+    result = {"content": [{"type": "text", "text": "the answer"}], "structuredContent": {"a": 1}}
+    answered = hit(result, 125, note=True)
+    note, *rest = answered["content"]
+    assert note == {
+        "type": "text",
+        "text": "[From a cache: this answer is 2m5s old, stored 2027-01-15T08:00:00Z.]",
+    }
+    assert rest == result["content"]
+    assert answered["structuredContent"] == {"a": 1}
+    assert answered["_meta"]["io.mcpcache/age"] == 125
+
+
+def test_age_note_on_an_empty_content_list_is_its_only_item() -> None:
+    answered = hit({"content": []}, 1, note=True)
+    assert [item["type"] for item in answered["content"]] == ["text"]
+
+
+def test_without_age_note_the_content_is_as_stored() -> None:
+    result = {"content": [{"type": "text", "text": "x"}], "ttlMs": 60000}
+    answered = hit(result, 10)
+    assert answered["content"] == result["content"]
+    assert answered["ttlMs"] == 50000
+
+
+def test_the_age_and_the_freshness_left_both_move_with_the_clock() -> None:
+    result = {"contents": [], "ttlMs": 60000, "cacheScope": "private", "_meta": {"k": "v"}}
+    answered = hit(result, 30, note=True)  # no content list: no note
+    assert answered == {
+        "contents": [],
+        "ttlMs": 30000,
+        "cacheScope": "private",
+        "_meta": {"k": "v", **AGE, "io.mcpcache/age": 30},
+    }
+
+
+def test_a_copy_stored_without_a_layout_is_laid_out_when_stored() -> None:
+    clock = Clock()
+    cache = ResponseCache(10, 1 << 20, timer=clock, wall=lambda: WALL)
+    raw = orjson.dumps({"ttlMs": 60000, "content": [], "_meta": {"a": 1}})
+    entry = cache.store("k", raw, True, ttl=60, age=20)
+    assert entry is not None
+    answered = orjson.loads(b"".join(entry.result_parts(clock.now)))
+    assert answered["_meta"] == {
+        "a": 1,
+        "io.mcpcache/age": 20,
+        "io.mcpcache/storedAt": "2027-01-15T07:59:40Z",
+    }
+    assert answered["ttlMs"] == 60000
+
+
+def test_bytes_that_are_not_an_object_are_stored_as_they_are() -> None:
+    cache = ResponseCache(10, 100, timer=Clock())
+    entry = cache.store("k", b"x" * 10, False, ttl=60)
+    assert entry is not None
+    assert b"".join(entry.result_parts(1000.0)) == b"x" * 10
+
+
+def test_a_hit_is_framed_as_json_or_as_one_event() -> None:
+    parts = (b'{"content":[]', b',"ttlMs":', b"5}")
+    assert orjson.loads(frame_parts(7, parts)) == {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "result": {"content": [], "ttlMs": 5},
+    }
+    event = frame_parts("a", parts, event=True)
+    assert event.startswith(b"event: message\ndata: {")
+    assert event.endswith(b"}\n\n")
+    assert orjson.loads(event.split(b"data: ", 1)[1])["id"] == "a"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, b"0s"), (59, b"59s"), (61, b"1m1s"), (3600, b"1h0m"), (90061, b"1d1h")],
+)
+def test_an_age_reads_as_a_short_span(seconds: int, text: bytes) -> None:
+    assert span(seconds) == text

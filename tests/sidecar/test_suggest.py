@@ -1,0 +1,81 @@
+"""`GET /admin/suggest` and `mcpcache suggest` from a known traffic pattern: a tool whose
+answers never change, one whose answers differ on every call."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+
+from peers.clients import call_body, call_headers, post, unique
+from peers.serving import async_wait_until
+from peers.sidecar import RunningSidecar, one_server
+
+
+async def call(sidecar: RunningSidecar, tool: str, arguments: dict[str, Any]) -> None:
+    response = await post(
+        sidecar.url("s"), call_body(1, tool, arguments), call_headers(tool), seconds=10
+    )
+    assert response.status_code == 200
+
+
+def cli(sidecar: RunningSidecar, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mcpcache.sidecar.cli", "suggest", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={"MCPCACHE_LISTEN_PORT": str(sidecar.port), "PATH": ""},
+    )
+
+
+async def test_suggest_reports_what_repeated_calls_showed_and_applies_nothing(
+    make_sidecar, json_upstream
+) -> None:
+    document = one_server(json_upstream[1].base_url + "/mcp", ttl="1s")
+    sidecar = make_sidecar(document)
+    stable, changing = {"text": unique()}, {"text": unique()}
+    started = time.monotonic()
+    await call(sidecar, "stable", stable)  # one miss each, then misses once expired
+    await call(sidecar, "echo", changing)
+    await call(sidecar, "stable", {"text": unique()})  # a key asked only once
+    for moment in (1.05, 4.3):
+        await async_wait_until(lambda m=moment: time.monotonic() > started + m, what="the clock")
+        await call(sidecar, "stable", stable)
+        await call(sidecar, "echo", changing)
+
+    async with httpx.AsyncClient(timeout=5) as http:
+        answer = (await http.get(f"http://127.0.0.1:{sidecar.port}/admin/suggest")).json()
+    tools = answer["servers"]["s"]
+    assert tools["stable"]["calls"] == 4, "two keys, one of them asked three times"
+    assert tools["stable"]["repeats"] == 2
+    assert tools["stable"]["verdict"] == "never changed"
+    assert 4.0 <= tools["stable"]["stableSeconds"] < 30
+    assert tools["stable"]["suggestedTTL"] == "1s"
+    assert tools["echo"] == {
+        "calls": 3,
+        "repeats": 2,
+        "changed": 2,
+        "stableSeconds": None,
+        "suggestedTTL": None,
+        "verdict": "answers differ",
+    }
+    assert sidecar.source.current.servers[0].cache.ttl == 1, "nothing applied by itself"
+
+    as_json = await asyncio.to_thread(cli, sidecar, "--output", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["servers"]["s"]["echo"]["verdict"] == "answers differ"
+    table = await asyncio.to_thread(cli, sidecar)
+    assert table.returncode == 0, table.stderr
+    rows = [line.split() for line in table.stdout.splitlines()]
+    header = "SERVER TOOL CALLS REPEATS ANSWERS STABLE FOR SUGGESTED TTL"
+    assert rows[0] == header.split()
+    assert rows[1] == ["s", "echo", "3", "2", "answers", "differ", "-", "no", "suggestion"]
+    assert rows[2] == ["s", "stable", "4", "2", "never", "changed", "4s", "1s"]
+    assert "nothing is applied" in table.stdout

@@ -191,6 +191,18 @@ def test_valid_tool_rules_are_accepted_by_both_as_written(control_plane, namespa
     )
 
 
+def test_age_note_and_revalidate_sample_reach_the_config_model_as_written(
+    control_plane, namespace
+) -> None:
+    objects = client.CustomObjectsApi(control_plane.api_client())
+    cache = {"enabled": True, "ageNote": True, "revalidateSample": 0.05}
+    created = objects.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, mcpserver("essay", **cache)
+    )
+    model = ServerCache.model_validate(created["spec"]["cache"])
+    assert (model.age_note, model.revalidate_sample) == (True, 0.05)
+
+
 @pytest.mark.parametrize(
     ("cache", "complaint"),
     [

@@ -79,6 +79,8 @@ CASES += [("metadataTTL", v, ok) for v, ok in list(DURATIONS.items())[::3]]
 CASES += [("staleIfError", v, ok) for v, ok in list(DURATIONS.items())[1::3]]
 CASES += [("staleWhileRevalidate", v, ok) for v, ok in list(DURATIONS.items())[2::3]]
 CASES += [("maxSize", v, ok) for v, ok in SIZES.items()]
+CASES += [("revalidateSample", v, ok) for v, ok in {0: True, 1: True, 0.25: True}.items()]
+CASES += [("revalidateSample", v, ok) for v, ok in {-0.1: False, 1.5: False}.items()]
 
 
 def model_accepts(field: str, value: Any) -> bool:

@@ -156,6 +156,11 @@ class Entry:
     note: bool = False
     """A hit's first text item says how old it is (the server's `ageNote`)."""
 
+    _hit: _HitParts | None = field(init=False, default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hit", _HitParts.of(self))
+
     @property
     def size(self) -> int:
         return len(self.result)
@@ -167,51 +172,62 @@ class Entry:
     def result_parts(self, now: float) -> tuple[bytes | memoryview, ...]:
         """The stored result as parts to join: its age and storage time in `_meta` (and,
         with `note`, a first text item saying so), its `ttlMs` restated as the
-        freshness left at `now` in milliseconds (0 once expired)."""
-        result, layout = self.result, self.layout
-        if layout is None or not layout.meta_at:
-            if not self.ttl_at:
-                return (result,)
-            left = max(0, int((self.expires_at - now) * 1000))
-            return memoryview(result)[: self.ttl_at], b"%d}" % left
-        view = memoryview(result)
+        freshness left at `now` in milliseconds (0 once expired). Everything but the
+        numbers was cut and framed when the entry was made."""
+        tail = b"%d}" % max(0, int((self.expires_at - now) * 1000)) if self.ttl_at else b""
+        hit = self._hit
+        if hit is None:
+            return (memoryview(self.result)[: self.ttl_at], tail) if tail else (self.result,)
         age = max(0, int(now - self.stored_at))
-        meta_at, content_at, ttl_at = layout.meta_at, layout.content_at, layout.ttl_at
-        parts: list[bytes | memoryview] = [view[:meta_at], self._age(age)]
-        at = meta_at
-        if self.note and content_at:
-            parts += (view[at:content_at], self._note(age))
-            at = content_at
-        if ttl_at:
-            left = max(0, int((self.expires_at - now) * 1000))
-            parts += (view[at:ttl_at], b"%d}" % left)
-        else:
-            parts.append(view[at:])
-        return tuple(parts)
+        if hit.note is None or hit.before_note is None:
+            return hit.head, b"%d" % age, hit.meta_tail, hit.body, tail
+        return (
+            hit.head, b"%d" % age, hit.meta_tail, hit.before_note, hit.note,
+            span(age), hit.note_tail, hit.body, tail,
+        )  # fmt: skip
 
-    def _age(self, age: int) -> bytes:
-        layout = self.layout
-        assert layout is not None
-        return b"".join(
+
+class _HitParts(NamedTuple):
+    """An entry's bytes cut where a hit writes, with the fixed text around each number."""
+
+    head: bytes
+    """The result up to the age, and the age's own name."""
+    meta_tail: bytes
+    """After the age: the storage time, and what closes the members there."""
+    body: memoryview
+    """The rest, up to `ttlMs`'s value (or to the end)."""
+    before_note: memoryview | None = None
+    note: bytes | None = None
+    note_tail: bytes = b""
+
+    @classmethod
+    def of(cls, entry: Entry) -> _HitParts | None:
+        layout = entry.layout
+        if layout is None or not layout.meta_at:
+            return None
+        view, meta_at = memoryview(entry.result), layout.meta_at
+        head = entry.result[:meta_at] + (
+            b'"_meta":{"io.mcpcache/age":' if layout.meta_open else b'"io.mcpcache/age":'
+        )
+        meta_tail = b"".join(
             (
-                b'"_meta":{"' if layout.meta_open else b'"',
-                b'io.mcpcache/age":%d,"io.mcpcache/storedAt":"' % age,
-                self.stamp,
+                b',"io.mcpcache/storedAt":"',
+                entry.stamp,
                 b'"}' if layout.meta_open else b'"',
                 b"," if layout.meta_more else b"",
             )
         )
-
-    def _note(self, age: int) -> bytes:
-        layout = self.layout
-        assert layout is not None
-        return b"".join(
-            (
-                b'{"type":"text","text":"[From a cache: this answer is ',
-                span(age),
-                b" old, stored ",
-                self.stamp,
-                b'.]"}',
-                b"," if layout.content_more else b"",
-            )
+        end = layout.ttl_at or len(entry.result)
+        if not (entry.note and layout.content_at):
+            return cls(head, meta_tail, view[meta_at:end])
+        note_tail = (
+            b" old, stored " + entry.stamp + b'.]"}' + (b"," if layout.content_more else b"")
+        )
+        return cls(
+            head,
+            meta_tail,
+            view[layout.content_at : end],
+            view[meta_at : layout.content_at],
+            b'{"type":"text","text":"[From a cache: this answer is ',
+            note_tail,
         )

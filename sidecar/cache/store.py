@@ -134,8 +134,8 @@ class ResponseCache(cachetools.Cache[str, Entry]):
             return None
         if layout is None:
             result, layout = lay_out(result)
-            if layout is not None:
-                ttl_at = layout.ttl_at
+        if layout is not None:
+            ttl_at = layout.ttl_at
         now = self.timer()
         stored_at = now - max(0.0, age)
         stamp = rfc3339(self.wall() - max(0.0, age))

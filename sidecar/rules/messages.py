@@ -326,9 +326,12 @@ def frame_parts(
     request_id: Any, parts: tuple[bytes | memoryview, ...], event: bool = False
 ) -> bytes:
     """`frame_response` for a result given as parts to join (a hit's, see `Entry`)."""
-    head = (_EVENT_HEAD, _RESPONSE_HEAD) if event else (_RESPONSE_HEAD,)
-    end = (b"}\n\n",) if event else (b"}",)
-    return b"".join((*head, orjson.dumps(request_id), RESULT, *parts, *end))
+    if event:
+        return b"".join((_EVENT_RESPONSE_HEAD, orjson.dumps(request_id), RESULT, *parts, b"}\n\n"))
+    return b"".join((_RESPONSE_HEAD, orjson.dumps(request_id), RESULT, *parts, b"}"))
+
+
+_EVENT_RESPONSE_HEAD: Final = _EVENT_HEAD + _RESPONSE_HEAD
 
 
 def frame_event(data: bytes) -> bytes:

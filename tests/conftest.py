@@ -60,6 +60,17 @@ def json_upstream() -> Iterator[tuple[Upstream, ServedApp]]:
     app.stop()
 
 
+@pytest.fixture
+def own_upstream() -> Iterator[tuple[Upstream, ServedApp]]:
+    """A JSON-answering SDK server of the test's own: its counts are the test's, and
+    the test may stop it."""
+    peer = Upstream()
+    app = ServedApp(peer.app(json_response=True)).start()
+    yield peer, app
+    if app.server.started and not app.server.should_exit:
+        app.stop()
+
+
 @pytest.fixture(scope="session")
 def echo_upstream() -> Iterator[tuple[EchoUpstream, ServedApp]]:
     """A raw upstream that answers as each call's arguments ask (see `peers.echo`)."""

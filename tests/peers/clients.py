@@ -83,6 +83,38 @@ def sse_messages(response: httpx.Response) -> list[dict[str, Any]]:
     return messages
 
 
+async def call_tool(
+    url: str, tool: str, arguments: dict[str, Any], request_id: Any = 1, **headers: str
+) -> httpx.Response:
+    """One raw modern `tools/call` (extra `headers` as keyword arguments), with a deadline."""
+    return await post(url, call_body(request_id, tool, arguments), call_headers(tool, **headers))
+
+
+async def ask(
+    url: str, method: str, request_id: Any = 1, credential: str | None = None, **params: Any
+) -> httpx.Response:
+    """One raw modern request of any other method (a list, `resources/read`), as the SDK
+    client sends it; `credential`: its `Authorization`."""
+    headers = call_headers(params["uri"], method) if "uri" in params else call_headers("", method)
+    if "uri" not in params:
+        del headers["mcp-name"]
+    if credential:
+        headers["authorization"] = credential
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    body["params"] = {**params, "_meta": envelope}
+    return await post(url, body, headers)
+
+
+def first_text(response: httpx.Response) -> str:
+    """The first text item of a JSON answer's result."""
+    text: str = response.json()["result"]["content"][0]["text"]
+    return text
+
+
 def answer(response: httpx.Response) -> dict[str, Any]:
     """The JSON-RPC answer of a read response, whether JSON or an event stream (its
     last message)."""

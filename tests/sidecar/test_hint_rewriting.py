@@ -10,15 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
-from peers.clients import MODERN, answer, mcp_client, post, unique
+from peers import clients
+from peers.clients import answer, mcp_client, unique
 from peers.serving import ServedApp
 from peers.sidecar import RunningSidecar, one_server
 from peers.upstream import Upstream
-
-ENVELOPE = {
-    "io.modelcontextprotocol/protocolVersion": MODERN,
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 
 
 @pytest.fixture(scope="module", params=["json", "sse"])
@@ -34,17 +30,7 @@ def zero_hints(request) -> Iterator[tuple[Upstream, ServedApp]]:
 async def ask(
     sidecar: RunningSidecar, method: str, request_id: Any = 1, **params: Any
 ) -> httpx.Response:
-    headers = {
-        "content-type": "application/json",
-        "accept": "application/json, text/event-stream",
-        "mcp-protocol-version": MODERN,
-        "mcp-method": method,
-    }
-    if "uri" in params:
-        headers["mcp-name"] = params["uri"]
-    body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-    body["params"]["_meta"] = ENVELOPE
-    return await post(sidecar.url("s"), body, headers)
+    return await clients.ask(sidecar.url("s"), method, request_id, **params)
 
 
 async def test_a_list_saying_ttl_ms_zero_leaves_with_the_operators_freshness(

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from peers import clients
 from peers.clients import MODERN, as_upstream_said, call_body, call_headers, mcp_client, post
 from peers.serving import ServedApp, async_wait_until, served
 from peers.sidecar import RunningSidecar, one_server
@@ -38,21 +39,7 @@ async def ask(
     credential: str | None = None,
     **params: Any,
 ) -> httpx.Response:
-    headers = {
-        "content-type": "application/json",
-        "accept": "application/json, text/event-stream",
-        "mcp-protocol-version": MODERN,
-        "mcp-method": method,
-    }
-    if credential:
-        headers["authorization"] = credential
-    body = {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "method": method,
-        "params": {**params, "_meta": ENVELOPE},
-    }
-    return await post(sidecar.url("s"), body, headers)
+    return await clients.ask(sidecar.url("s"), method, request_id, credential, **params)
 
 
 def count(sidecar: RunningSidecar, method: str, outcome: str) -> float:
@@ -110,17 +97,6 @@ async def test_without_metadata_ttl_lists_are_forwarded_as_before(make_sidecar, 
         response = await ask(sidecar, "tools/list", request_id)
         assert response.headers["cache-status"] == "mcpcache; fwd=method"
     assert peer.http["POST"] - posts == 2
-
-
-async def test_a_list_saying_ttl_ms_zero_is_not_stored_without_metadata_ttl(
-    make_sidecar, upstream
-) -> None:
-    _, app = upstream  # the SDK's default hint: ttlMs 0; resources/read is cached by ttl
-    sidecar = make_sidecar(one_server(app.base_url + "/mcp"))
-    for request_id in (1, 2):
-        response = await ask(sidecar, "resources/read", request_id, uri="doc://zero")
-        assert response.headers["cache-status"] != "mcpcache; hit"
-    assert sidecar.sample("mcpcache_not_stored_total", server="s", reason="ttl_zero") == 0
 
 
 async def test_the_shorter_of_metadata_ttl_and_ttl_ms_applies(make_sidecar, listing) -> None:

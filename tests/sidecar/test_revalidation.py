@@ -3,28 +3,19 @@ hit's own request, and compared with the entry; a changed answer replaces it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
-from peers.clients import call_body, call_headers, post, unique
-from peers.serving import ServedApp, async_wait_until
+from peers.clients import call_tool, first_text, unique
+from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar, one_server
-from peers.upstream import Upstream
 
 
 async def call(
     sidecar: RunningSidecar, tool: str, arguments: dict[str, Any], request_id: Any = 1, **headers
 ) -> httpx.Response:
-    return await post(
-        sidecar.url("s"), call_body(request_id, tool, arguments), call_headers(tool, **headers)
-    )
-
-
-def text(response: httpx.Response) -> str:
-    return response.json()["result"]["content"][0]["text"]
+    return await call_tool(sidecar.url("s"), tool, arguments, request_id, **headers)
 
 
 def revalidations(sidecar: RunningSidecar, result: str) -> float:
@@ -37,16 +28,6 @@ def admin_stats(sidecar: RunningSidecar) -> dict[str, Any]:
     return stats
 
 
-@pytest.fixture
-def own_upstream() -> Iterator[tuple[Upstream, ServedApp]]:
-    """An upstream of this test's own (its call counts and callers are this test's)."""
-    peer = Upstream()
-    app = ServedApp(peer.app(json_response=True)).start()
-    yield peer, app
-    if app.server.started and not app.server.should_exit:
-        app.stop()
-
-
 async def test_a_changed_upstream_result_is_caught_by_sampling_and_replaces_the_entry(
     make_sidecar, own_upstream
 ) -> None:
@@ -56,12 +37,12 @@ async def test_a_changed_upstream_result_is_caught_by_sampling_and_replaces_the_
     first = await call(sidecar, "echo", arguments, "first")
     hit = await call(sidecar, "echo", arguments, "hit")
     assert hit.headers["cache-status"] == "mcpcache; hit"
-    assert text(hit) == text(first), "the hit answers at once, from the entry"
+    assert first_text(hit) == first_text(first), "the hit answers at once, from the entry"
     await async_wait_until(lambda: revalidations(sidecar, "changed") == 1, 10, "a revalidation")
     assert peer.calls["echo"] == 2, "the echo counts its calls: its answer changed"
     after = await call(sidecar, "echo", arguments, "after")
     assert after.headers["cache-status"] == "mcpcache; hit"
-    assert text(after) == f"{arguments['text']} #2", "the entry was replaced"
+    assert first_text(after) == f"{arguments['text']} #2", "the entry was replaced"
     assert admin_stats(sidecar)["servers"]["s"]["revalidations"]["echo"]["changed"] >= 1
 
 
@@ -91,7 +72,7 @@ async def test_sampling_sends_each_hits_own_request_with_its_own_callers_credent
     for seen, caller in enumerate((alice, bob, alice, bob), start=1):
         hit = await call(sidecar, "whoami", arguments, 3, **caller)
         assert hit.headers["cache-status"] == "mcpcache; hit"
-        assert text(hit).startswith(f"user={caller['authorization']} ")
+        assert first_text(hit).startswith(f"user={caller['authorization']} ")
         await async_wait_until(
             lambda n=seen: revalidations(sidecar, "changed") == n, 10, "the hit's revalidation"
         )
@@ -111,7 +92,7 @@ async def test_a_revalidation_that_fails_is_counted_and_keeps_the_entry(
     await async_wait_until(lambda: revalidations(sidecar, "failed") == 1, 10, "a revalidation")
     again = await call(sidecar, "echo", arguments, 3)
     assert again.headers["cache-status"] == "mcpcache; hit"
-    assert text(again) == text(hit) == text(first)
+    assert first_text(again) == first_text(hit) == first_text(first)
 
 
 async def test_without_revalidate_sample_a_hit_never_goes_upstream(

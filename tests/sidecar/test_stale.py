@@ -6,17 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
 from peers.clients import call_body, call_headers, post, unique
 from peers.faulty import FaultyUpstream
-from peers.serving import ServedApp, async_wait_until, wait_until
+from peers.serving import async_wait_until, wait_until
 from peers.sidecar import RunningSidecar, one_server
-from peers.upstream import Upstream
 
 
 async def call(
@@ -46,16 +43,6 @@ async def first_fresh_hit(
         if response.headers["cache-status"] == "mcpcache; hit":
             return response
     raise TimeoutError("no fresh hit: the refresh did not store its answer")
-
-
-@pytest.fixture
-def own_upstream() -> Iterator[tuple[Upstream, ServedApp]]:
-    """An upstream of this test's own, which the test may stop."""
-    peer = Upstream()
-    app = ServedApp(peer.app(json_response=True)).start()
-    yield peer, app
-    if app.server.started and not app.server.should_exit:
-        app.stop()
 
 
 async def test_a_dead_upstream_is_answered_from_the_stale_entry_within_the_window(

@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from mcpcache.sidecar.config import ConfigError, parse_config
-from mcpcache.sidecar.tiers.redis_tier import MAGIC, Breaker, decode, encode
+from mcpcache.sidecar.tiers.breaker import Breaker
+from mcpcache.sidecar.tiers.codec import MAGIC, decode, encode
 from peers.clients import LEGACY, call_body, call_headers, mcp_client, post
 from peers.controlplane import Authority
 from peers.redisserver import RedisServer, redis_server_binary
@@ -41,7 +42,7 @@ def shared_config(
 
 
 def keys(redis_server: RedisServer, app_id: str, namespace: str = "default") -> set[bytes]:
-    return set(redis_server.client().scan_iter(match=f"mcpcache:{namespace}:{app_id}:*"))
+    return set(redis_server.client().scan_iter(match=f"mcpcache:{namespace}:{{{app_id}:*"))
 
 
 async def call(
@@ -430,12 +431,12 @@ async def test_purges_reach_the_shared_tier_and_only_their_own_prefix(
 
     def count(app_id: str, server: str = "*") -> int:
         quoted = quote(app_id, safe="")
-        return len(list(client.scan_iter(match=f"mcpcache:default:{quoted}:{server}:*")))
+        return len(list(client.scan_iter(match=f"mcpcache:default:{{{quoted}:{server}}}:*")))
 
     sidecar = sidecars[wild]
     shared = sidecar.sidecar.shared
     assert shared is not None
-    (name, *_) = client.scan_iter(match=f"mcpcache:default:{quote(wild, safe='')}:s:*")
+    (name, *_) = client.scan_iter(match=f"mcpcache:default:{{{quote(wild, safe='')}:s}}:*")
     assert on_loop(sidecar, shared.delete(wild, "s", [name.decode()[-64:]])) == 1
     assert count(wild, "s") == 1
     assert on_loop(sidecar, shared.delete_server(wild, "t")) == 2

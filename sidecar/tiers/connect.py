@@ -189,6 +189,20 @@ class RedisClient:
     async def ping(self) -> None:
         await self._redis.ping()
 
+    async def after_failure(self, failure: Kind) -> None:
+        """Let the next operation start afresh. One Redis, or Sentinel's primary: close
+        the idle connections after a connection failure (they may be sockets the server
+        has closed; the pool hands out its most recent ones first, and a sentinel-managed
+        connection asks the sentinels where the primary is when it reconnects). A cluster
+        after a connection failure or a timeout (a primary killed or stuck, its replica
+        promoted): close it, which makes the client read the topology again when next
+        used — what redis-py's own pipeline retry does, without its sleep."""
+        if self.cluster is not None:
+            if failure != "response":
+                await self.cluster.aclose()
+        elif failure == "connection":
+            await self.drop_idle()
+
     async def drop_idle(self) -> None:
         """Close the idle connections (they reconnect when next used)."""
         if self._pool is not None:

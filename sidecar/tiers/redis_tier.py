@@ -228,8 +228,8 @@ class SharedTier:
             kind = self._kind(exc)
             self.metrics.errors.labels(op, kind).inc()
             self._breaker.failure()
-            if kind == "connection":
-                self._drop_idle_connections()
+            if kind != "response":
+                self._spawn(partial(self._quietly, partial(self._client.after_failure, kind)))
             logger.debug(
                 "shared cache operation failed",
                 extra={"op": op, "kind": kind, "error": type(exc).__name__},
@@ -250,18 +250,13 @@ class SharedTier:
         task.add_done_callback(self._pending.discard)
         return True
 
-    def _drop_idle_connections(self) -> None:
-        """Close the pools' idle connections (they reconnect when next used). After a
-        connection failure, or when Redis is back from one, they may be dead sockets the
-        server has closed: the pool hands out its most recent connections first, so
-        without this they would hold their descriptors until a burst drained the pool."""
-        self._spawn(self._disconnect_idle)
-
-    async def _disconnect_idle(self) -> None:
+    async def _quietly(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Closing connections (see `RedisClient.after_failure`), whose failures do not
+        matter: closing a dead socket may fail; it is closed all the same."""
         try:
-            await self._client.drop_idle()
-        except Exception as exc:  # closing a dead socket may fail; it is closed all the same
-            logger.debug("shared cache: closing idle connections", extra={"error": repr(exc)})
+            await work()
+        except Exception as exc:
+            logger.debug("shared cache: closing connections", extra={"error": repr(exc)})
 
     def _breaker_changed(self, state: State) -> None:
         self.metrics.breaker.state(state)
@@ -272,4 +267,5 @@ class SharedTier:
             )
         elif state == "closed":
             logger.info("shared cache available again", extra={"redis": self.where})
-            self._drop_idle_connections()
+            # Idle connections opened before the failure may be dead sockets.
+            self._spawn(partial(self._quietly, self._client.drop_idle))

@@ -39,8 +39,12 @@ def redis_server_binary() -> str:
 class RedisServer:
     """With `tls`, the server speaks only TLS, with a certificate `tls` issues."""
 
-    def __init__(self, binary: str, tls: Authority | None = None) -> None:
+    def __init__(
+        self, binary: str, tls: Authority | None = None, extra: tuple[str, ...] = ()
+    ) -> None:
+        """`extra`: more redis-server options (cluster mode, `--replicaof`, ...)."""
         self.binary = binary
+        self.extra = list(extra)
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="mcpcache-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
@@ -71,11 +75,16 @@ class RedisServer:
             return f"rediss://127.0.0.1:{self.port}/0?ssl_ca_certs={self.ca_file}"
         return f"redis://127.0.0.1:{self.port}/0"
 
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
     def client(self, **kw: object) -> redis.Redis:
         """A plain synchronous client, as an operator (or an attacker) would use."""
         if self.tls_args:
             kw = {"ssl": True, "ssl_ca_certs": str(self.ca_file), **kw}
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, **kw)  # type: ignore[arg-type]
+        kw = {"socket_timeout": 5, **kw}
+        return redis.Redis(host="127.0.0.1", port=self.port, **kw)  # type: ignore[arg-type]
 
     def start(self) -> RedisServer:
         log = (self.dir / "redis.log").open("ab")
@@ -95,6 +104,7 @@ class RedisServer:
                 "--daemonize",
                 "no",
                 *self.tls_args,
+                *self.extra,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -123,7 +133,8 @@ class RedisServer:
 
     def kill(self) -> None:
         assert self.process is not None
-        os.killpg(self.process.pid, signal.SIGKILL)
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(10)
 
     def stop(self) -> None:

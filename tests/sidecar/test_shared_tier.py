@@ -3,11 +3,9 @@ trouble never becomes the caller's."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
-from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -19,59 +17,21 @@ from mcpcache.sidecar.tiers.codec import MAGIC, decode, encode
 from peers.clients import LEGACY, call_body, call_headers, mcp_client, post
 from peers.controlplane import Authority
 from peers.redisserver import RedisServer, redis_server_binary
-from peers.serving import ServedApp, async_wait_until
-from peers.sidecar import RunningSidecar, one_server
-
-SHARED_HIT = "mcpcache; hit; detail=shared"
-
-
-def new_app() -> str:
-    return f"app-{uuid.uuid4().hex[:10]}"
-
-
-def shared_config(
-    app: ServedApp, redis_url: str, app_id: str | None = None, **shared: Any
-) -> dict[str, Any]:
-    """One cached server on `app`, the shared tier on `redis_url`, a fresh app id unless
-    one is given. Redis gets a second per operation unless the test says otherwise: the
-    product's 50 ms is for a quiet network, not a loaded test machine."""
-    document = one_server(app.base_url + "/mcp")
-    document["appId"] = app_id or new_app()
-    document["sharedCache"] = {"url": redis_url, "timeout": "1s", **shared}
-    return document
+from peers.serving import async_wait_until
+from peers.sharedtier import (
+    SHARED_HIT,
+    call,
+    new_app,
+    on_loop,
+    shared_config,
+    stored_in_redis,
+    text_of,
+)
+from peers.sidecar import one_server
 
 
 def keys(redis_server: RedisServer, app_id: str, namespace: str = "default") -> set[bytes]:
     return set(redis_server.client().scan_iter(match=f"mcpcache:{namespace}:{{{app_id}:*"))
-
-
-async def call(
-    sidecar: RunningSidecar, tool: str, arguments: dict[str, Any], **headers: str
-) -> tuple[str, str, dict[str, Any]]:
-    """Cache-Status, content type and the JSON-RPC message of one tools/call."""
-    response = await post(
-        sidecar.url("s"), call_body(7, tool, arguments), call_headers(tool, **headers), 10
-    )
-    assert response.status_code == 200, response.text
-    content_type = response.headers["content-type"]
-    if content_type.startswith("text/event-stream"):
-        data = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
-        message = json.loads(data[-1])
-    else:
-        message = response.json()
-    return response.headers["cache-status"], content_type, message
-
-
-def text_of(message: dict[str, Any]) -> str:
-    return str(message["result"]["content"][0]["text"])
-
-
-def stored_in_redis(sidecar: RunningSidecar, count: float = 1) -> Any:
-    """Writes to Redis do not delay the answer: wait until they have happened."""
-    return async_wait_until(
-        lambda: sidecar.sample("mcpcache_shared_stores_total", result="stored") >= count,
-        what="the shared tier to store",
-    )
 
 
 @pytest.mark.parametrize("kind", ["json", "sse"])
@@ -397,12 +357,6 @@ async def test_writes_never_delay_the_answer_and_none_outlives_the_sidecar(
     sidecar.stop()
     assert time.monotonic() - stopping < 10
     assert shared.pending_writes == 0
-
-
-def on_loop(sidecar: RunningSidecar, work: Any) -> Any:
-    """Run one of the sidecar's own coroutines on its event loop."""
-    assert sidecar.sidecar.loop is not None
-    return asyncio.run_coroutine_threadsafe(work, sidecar.sidecar.loop).result(10)
 
 
 async def test_purges_reach_the_shared_tier_and_only_their_own_prefix(

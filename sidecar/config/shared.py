@@ -138,13 +138,14 @@ class SharedCache(Model):
     def redacted(self) -> SharedCache:
         """The same settings with any password in a URL masked, for printing."""
         update: dict[str, Any] = {}
-        if self.url:
+        if self.url and _redact(self.url) != self.url:
             update["url"] = _redact(self.url)
         for name in ("cluster", "sentinel"):
-            if (nodes := getattr(self, name)) is not None:
-                masked = tuple(_redact(node) for node in nodes.nodes)
+            nodes = getattr(self, name)
+            masked = tuple(_redact(node) for node in nodes.nodes) if nodes else ()
+            if nodes and masked != nodes.nodes:
                 update[name] = nodes.model_copy(update={"nodes": masked})
-        return self.model_copy(update=update)
+        return self.model_copy(update=update) if update else self
 
 
 def _listed(value: str) -> list[str]:

@@ -187,19 +187,28 @@ class RedisClient:
         return int(next_cursor), [n for n in names if isinstance(n, bytes)]
 
     async def ping(self) -> None:
-        await self._redis.ping()
-
-    async def after_failure(self, failure: Kind) -> None:
-        """Let the next operation start afresh. One Redis, or Sentinel's primary: close
-        the idle connections after a connection failure (they may be sockets the server
-        has closed; the pool hands out its most recent ones first, and a sentinel-managed
-        connection asks the sentinels where the primary is when it reconnects). A cluster
-        after a connection failure or a timeout (a primary killed or stuck, its replica
-        promoted): close it, which makes the client read the topology again when next
-        used — what redis-py's own pipeline retry does, without its sleep."""
+        """A first connection (and TLS handshake) before the first lookup needs one; with
+        a cluster, the topology and a connection to every primary."""
         if self.cluster is not None:
-            if failure != "response":
+            await self.cluster.ping(target_nodes=RedisCluster.PRIMARIES)
+        else:
+            await self._redis.ping()
+
+    async def after_failure(self, failure: Kind, opened: bool) -> None:
+        """Let the next operations start afresh after a failure (`opened`: one that
+        opened the breaker). One Redis, or Sentinel's primary: close the idle connections
+        after a connection failure (they may be sockets the server has closed; the pool
+        hands out its most recent ones first, and a sentinel-managed connection asks the
+        sentinels where the primary is when it reconnects). A cluster, after a
+        connection failure or once the breaker opens (a primary killed or stuck, its
+        replica promoted): close it, which makes the client read the topology again when
+        next used — what redis-py's own pipeline retry does, without its sleep. Not after
+        every timeout: reading the topology again costs a round trip and new
+        connections, which would only make a busy moment's next operations slower."""
+        if self.cluster is not None:
+            if failure == "connection" or opened:
                 await self.cluster.aclose()
+                await self.ping()  # the topology and a connection to each primary, now
         elif failure == "connection":
             await self.drop_idle()
 

@@ -173,14 +173,10 @@ class SharedTier:
         """Open a first connection in the background, so that the first lookup does not
         pay for the connection (and a TLS handshake, a cluster's topology) within its
         timeout."""
-        self._spawn(self._warm_up)
+        self._spawn(self._warm_up)  # if it fails, the first lookup finds out and counts it
 
     async def _warm_up(self) -> None:
-        try:
-            async with asyncio.timeout(max(1.0, self.settings.timeout)):
-                await self._client.ping()
-        except Exception as exc:  # the first lookup will find out, and count it
-            logger.debug("shared cache: warm-up failed", extra={"error": type(exc).__name__})
+        await self._quietly(self._client.ping, max(1.0, self.settings.timeout))
 
     async def aclose(self) -> None:
         """Give writes in flight one timeout to finish, then close the pool (removals
@@ -227,9 +223,12 @@ class SharedTier:
             self.metrics.duration.labels(op).observe(time.perf_counter() - started)
             kind = self._kind(exc)
             self.metrics.errors.labels(op, kind).inc()
+            was_open = self._breaker.state == "open"
             self._breaker.failure()
+            opened = self._breaker.state == "open" and not was_open
             if kind != "response":
-                self._spawn(partial(self._quietly, partial(self._client.after_failure, kind)))
+                after = partial(self._client.after_failure, kind, opened)
+                self._spawn(partial(self._quietly, after, max(1.0, self.settings.timeout)))
             logger.debug(
                 "shared cache operation failed",
                 extra={"op": op, "kind": kind, "error": type(exc).__name__},
@@ -250,13 +249,15 @@ class SharedTier:
         task.add_done_callback(self._pending.discard)
         return True
 
-    async def _quietly(self, work: Callable[[], Awaitable[None]]) -> None:
-        """Closing connections (see `RedisClient.after_failure`), whose failures do not
-        matter: closing a dead socket may fail; it is closed all the same."""
+    async def _quietly(self, work: Callable[[], Awaitable[None]], bound: float) -> None:
+        """Closing and reopening connections (see `RedisClient.after_failure`) within
+        `bound`, whose failures do not matter: closing a dead socket may fail, and the
+        next operation finds out whether Redis is back."""
         try:
-            await work()
+            async with asyncio.timeout(bound):
+                await work()
         except Exception as exc:
-            logger.debug("shared cache: closing connections", extra={"error": repr(exc)})
+            logger.debug("shared cache: connection upkeep failed", extra={"error": repr(exc)})
 
     def _breaker_changed(self, state: State) -> None:
         self.metrics.breaker.state(state)
@@ -268,4 +269,4 @@ class SharedTier:
         elif state == "closed":
             logger.info("shared cache available again", extra={"redis": self.where})
             # Idle connections opened before the failure may be dead sockets.
-            self._spawn(partial(self._quietly, self._client.drop_idle))
+            self._spawn(partial(self._quietly, self._client.drop_idle, self.settings.timeout))

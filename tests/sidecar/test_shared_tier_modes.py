@@ -114,3 +114,33 @@ async def test_purges_and_clears_reach_every_shard_of_a_cluster(
     assert sum(shard_counts(redis_cluster, app_id)) == 14
     assert on_loop(sidecar, shared.clear(app_id)) == 14
     assert shard_counts(redis_cluster, app_id) == [0, 0, 0]
+
+
+CLUSTER_ACL = (
+    "ACL SETUSER mcpcache-agents on >agents-password resetkeys ~mcpcache:agents:* "
+    "resetchannels -@all +get +set +unlink +scan +ping +cluster|slots +command"
+)
+"""The shared-tier guide's ACL for namespace `agents` on a cluster: the one-Redis set,
+plus what the client needs to learn the topology (`CLUSTER SLOTS`, `COMMAND`)."""
+
+
+async def test_a_namespace_confined_by_acl_works_on_every_node_of_a_cluster(
+    make_sidecar, json_upstream, redis_cluster
+) -> None:
+    _, app = json_upstream
+    for node in redis_cluster.nodes:  # ACLs are per node: every node gets the user
+        node.client().execute_command(CLUSTER_ACL)
+    nodes = [
+        url.replace("redis://", "redis://mcpcache-agents:agents-password@")
+        for url in redis_cluster.urls
+    ]
+    document = shared_config(app, {"cluster": {"nodes": nodes}}, namespace="agents")
+    first, second = make_sidecar(document), make_sidecar(document)
+    await call(first, "echo", {"text": "acl"})
+    await stored_in_redis(first)
+    status, _, _ = await call(second, "echo", {"text": "acl"})
+    assert status == SHARED_HIT
+    assert second.sample("mcpcache_shared_errors_total", op="get", kind="response") == 0
+    outside = redis_cluster.nodes[0].client(username="mcpcache-agents", password="agents-password")
+    with pytest.raises(Exception, match="no permissions"):
+        outside.get("mcpcache:other:{x:s}:k")

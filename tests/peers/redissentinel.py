@@ -13,7 +13,7 @@ from pathlib import Path
 
 import redis
 
-from .redisserver import RedisServer
+from .redisserver import RedisServer, start_answering
 from .serving import end_process_group, free_port, wait_until
 
 MASTER = "mcpcache"
@@ -47,28 +47,13 @@ class Sentinel:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Sentinel:
-        log = (self.dir / "sentinel.log").open("ab")
-        self.process = subprocess.Popen(
-            [*self.command, str(self.config)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        self.process = start_answering(
+            [*self.command, str(self.config)], self.dir / "sentinel.log", self.client
         )
-        log.close()
-        wait_until(self._answers, 15, "redis-sentinel to answer PING")
         return self
 
     def client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2)
-
-    def _answers(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise RuntimeError((self.dir / "sentinel.log").read_text(errors="replace"))
-        try:
-            return bool(self.client().ping())
-        except redis.RedisError:
-            return False
 
     def stop(self) -> None:
         if self.process is not None:

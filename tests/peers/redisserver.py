@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,29 @@ def redis_server_binary() -> str:
             pytest.fail(reason)
         pytest.skip(reason)
     return found
+
+
+def start_answering(
+    args: list[str], log_path: Path, client: Callable[[], redis.Redis]
+) -> subprocess.Popen[bytes]:
+    """Start a Redis process (a server or a sentinel) in its own session, its output in
+    `log_path`, and wait until it answers PING; a process that exits instead fails with
+    its log."""
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def answers() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(log_path.read_text(errors="replace"))
+        try:
+            return bool(client().ping())
+        except redis.RedisError:
+            return False
+
+    wait_until(answers, 15, f"{Path(args[0]).name} to answer PING")
+    return process
 
 
 class RedisServer:
@@ -87,41 +111,14 @@ class RedisServer:
         return redis.Redis(host="127.0.0.1", port=self.port, **kw)  # type: ignore[arg-type]
 
     def start(self) -> RedisServer:
-        log = (self.dir / "redis.log").open("ab")
-        self.process = subprocess.Popen(
-            [
-                self.binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(self.dir),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-                *self.tls_args,
-                *self.extra,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir)]
+        args += ["--save", "", "--appendonly", "no", "--daemonize", "no"]
+        self.process = start_answering(
+            [self.binary, *args, *self.tls_args, *self.extra],
+            self.dir / "redis.log",
+            lambda: self.client(socket_connect_timeout=1),
         )
-        log.close()
-        wait_until(self._answers, 15, "redis-server to answer PING")
         return self
-
-    def _answers(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise RuntimeError((self.dir / "redis.log").read_text(errors="replace"))
-        try:
-            return bool(self.client(socket_connect_timeout=1).ping())
-        except redis.RedisError:
-            return False
 
     def pause(self) -> None:
         assert self.process is not None

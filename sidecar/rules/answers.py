@@ -92,7 +92,7 @@ def storage_ttl(
     return ttl
 
 
-FollowerShare = Literal["shared", "failed", "alone"]
+FollowerShare = Literal["answer", "failed", "alone"]
 
 _SHARED_WHEN_NOT_STORED: Final[frozenset[NotStoredReason]] = frozenset(
     {"error", "tool_error", "ttl_zero", "too_large", "over_budget"}
@@ -110,7 +110,7 @@ def follower_share(
 ) -> FollowerShare:
     """What requests collapsed onto another identical request (same key) receive.
 
-    `shared`: its final answer, stored or not (an error or `isError` is theirs too).
+    `answer`: its final answer, stored or not (an error or `isError` is theirs too).
     `failed`: the upstream failed them all: a server error, or a body that broke off
     before the answer (a stale entry may stand in). `alone`: each forwards on its own,
     also when the answer was too large to keep for them."""
@@ -120,7 +120,7 @@ def follower_share(
         verdict.reason is not None and verdict.reason not in _SHARED_WHEN_NOT_STORED
     ):
         return "alone"
-    return "shared"
+    return "answer"
 
 
 def stale_while_revalidating(server: Server, expires_at: float, now: float) -> bool:

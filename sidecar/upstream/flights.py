@@ -54,13 +54,13 @@ class Head:
 class Outcome:
     """What the followers of a flight get.
 
-    `shared`: the final JSON-RPC `member` (`result` or `error`) as bytes, framed for each
+    `answer`: the final JSON-RPC `member` (`result` or `error`) as bytes, framed for each
     follower under its own id. `failed`: the upstream did not answer (`failure`) or
     answered with a server error (`upstream_status`); a stale entry may stand in.
     `alone`: the answer is not theirs to share; each forwards on its own.
     """
 
-    kind: Literal["shared", "failed", "alone"]
+    kind: Literal["answer", "failed", "alone"]
     member: bytes = b""
     payload: bytes = b""
     event_stream: bool = False
@@ -240,11 +240,11 @@ class Coalescer:
         fetch: Callable[[Flight], Awaitable[None]],
         *,
         leader: bool,
-        shared: bool,
+        joinable: bool,
         keep_going: bool = False,
     ) -> Flight:
-        """Run `fetch(flight)` in a task of its own; `shared`: followers may join it."""
-        if shared:
+        """Run `fetch(flight)` in a task of its own; `joinable`: followers may join it."""
+        if joinable:
             flight = self._by_key[key] = Flight(key, leader, keep_going, self._forget)
         else:
             flight = Flight(key, leader, keep_going)

@@ -180,9 +180,9 @@ def test_stored_lifetimes_follow_the_method_and_the_plan() -> None:
         (404, Verdict("upstream_status"), True, True, "alone"),
         (200, Verdict("set_cookie"), True, True, "alone"),
         (200, Verdict(None, b"{}"), True, False, "alone"),
-        (200, Verdict("error"), True, True, "shared"),
-        (200, Verdict("too_large"), True, True, "shared"),
-        (200, Verdict(None, b"{}"), True, True, "shared"),
+        (200, Verdict("error"), True, True, "answer"),
+        (200, Verdict("too_large"), True, True, "answer"),
+        (200, Verdict(None, b"{}"), True, True, "answer"),
     ],
 )
 def test_what_collapsed_followers_receive(

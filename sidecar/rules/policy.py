@@ -225,7 +225,8 @@ def plan(
     session = session_scope(server, session_id) if session_id and not public else ""
     public_key = ""
     if cache.trust_public_hints and method in SCOPED_RESULTS:
-        anyone = identity(server, headers, public_keyed(keyed, cache.identity_headers))
+        shared = public_keyed(keyed, cache.identity_headers)
+        anyone = identity(server, headers, shared, raw_headers)
         public_key = cache_key(server.name, method, params, app_id, anyone, ignored, True)
     if tool is not None:
         ttl = rule.ttl if rule is not None and rule.ttl is not None else cache.ttl

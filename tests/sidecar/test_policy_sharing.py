@@ -233,6 +233,19 @@ def test_a_public_key_never_equals_a_private_key_not_even_an_anonymous_callers()
     assert hinted.key == anonymous.key != hinted.public_key
 
 
+def test_a_public_key_keeps_every_copy_of_a_repeated_header() -> None:
+    """The attack: alice sends a header twice (the upstream sees both copies) and bob
+    once, with the value the parsed headers hold; they must not meet on a public key."""
+    s = server(trustPublicHints=True, tools=[{"name": "search", "scope": "public"}])
+    for message in (read("doc://x"), call("search", {})):
+        twice = [("x-variant", "a"), ("x-variant", "b"), *PROTOCOL.items()]
+        alice = policy.plan(s, message, {**PROTOCOL, "x-variant": "b"}, twice, "app")
+        bob = plan(s, message, {"x-variant": "b"})
+        assert isinstance(alice, policy.Lookup)
+        assert isinstance(bob, policy.Lookup)
+        assert (alice.public_key or alice.key) != (bob.public_key or bob.key)
+
+
 def test_only_the_six_scoped_results_get_a_public_key_and_only_when_trusted() -> None:
     trusted = server(trustPublicHints=True, metadataTTL="1m")
     assert plan(trusted, read("doc://x"), {}).public_key  # type: ignore[union-attr]

@@ -230,9 +230,12 @@ def plan(
         public_key = cache_key(server.name, method, params, app_id, anyone, ignored, True)
     if tool is not None:
         ttl = rule.ttl if rule is not None and rule.ttl is not None else cache.ttl
-        names = cache.matched_arguments(tool)
-        digests = arguments.argument_digests(names, arguments.arguments_of(params))
-        scope = Scope(server.name, tool=tool, arguments=digests, public=public)
+        if cache.tools:  # the values writes `match` on, and whether it is for everyone
+            names = cache.matched_arguments(tool)
+            digests = arguments.argument_digests(names, arguments.arguments_of(params))
+            scope = Scope(server.name, tool=tool, arguments=digests, public=public)
+        else:
+            scope = Scope(server.name, tool=tool)
     elif message.method == "resources/read":
         ttl, scope = cache.ttl, Scope(server.name, uri=message.params["uri"])
     else:

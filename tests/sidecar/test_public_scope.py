@@ -5,6 +5,7 @@ another's private answer through a public entry, or make another read theirs?"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 
 from peers.clients import MODERN, call_body, call_headers, mcp_client, post, unique
 from peers.echo import who_answered
-from peers.serving import ServedApp
+from peers.serving import ServedApp, async_wait_until
 from peers.sidecar import RunningSidecar, one_server
 from peers.upstream import Upstream
 
@@ -205,3 +206,68 @@ async def test_a_result_the_server_marks_private_is_never_shared_whatever_the_co
     assert again.headers["cache-status"] == "mcpcache; hit", "alice's own entry"
     assert result_of(again)["cacheScope"] == "private", "never widened on the way out"
     assert peer.calls["doc"] == reads + 2
+
+
+@pytest.mark.parametrize("outcome", ["ok", "tool_error"])
+async def test_a_call_waiting_on_another_users_public_call_shares_only_a_stored_answer(
+    make_sidecar, json_upstream, outcome: str
+) -> None:
+    """The attack: bob's identical call waits on alice's upstream call of a public
+    tool. A stored answer is his by the rule; alice's error (which may name her) is
+    not: he forwards on his own."""
+    peer, app = json_upstream
+    rules = [{"name": "held", "scope": "public"}]
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", name="docs", tools=rules))
+    arguments = {"gate": unique(), "outcome": outcome}
+    before = peer.calls["held"]
+    async with httpx.AsyncClient(timeout=30) as http:
+
+        async def held(user: str) -> httpx.Response:
+            headers = call_headers("held", authorization=f"Bearer {user}")
+            return await http.post(
+                sidecar.url("docs"), json=call_body(user, "held", arguments), headers=headers
+            )
+
+        alice = asyncio.create_task(held("alice"))
+        await async_wait_until(lambda: peer.calls["held"] == before + 1, what="alice upstream")
+        bob = asyncio.create_task(held("bob"))
+        try:
+            await async_wait_until(lambda: sidecar.waiting() == 1, what="bob waiting on it")
+        finally:
+            peer.gate(arguments["gate"]).set()
+        answers = await asyncio.gather(alice, bob)
+    bob_status = answers[1].headers["cache-status"]
+    bob_result = answers[1].json()["result"]
+    if outcome == "ok":
+        assert bob_status == "mcpcache; fwd=miss; collapsed"
+        assert "user=Bearer alice" in bob_result["content"][0]["text"]
+        assert peer.calls["held"] == before + 1
+    else:
+        assert "collapsed" not in bob_status
+        assert bob_result["content"][0]["text"].endswith(f"held call #{before + 2} failed")
+        assert peer.calls["held"] == before + 2
+
+
+async def test_entries_kept_per_caller_are_not_served_once_a_rule_makes_the_tool_public(
+    make_sidecar, upstream
+) -> None:
+    """The attack: a config change never flushes entries, so the entries stored for
+    alice, and for a caller who sent no credential at all, are still there when the
+    operator makes the tool public. Bob's public lookup must find neither."""
+    peer, app = upstream
+    document = one_server(app.base_url + "/mcp", name="docs")
+    sidecar = make_sidecar(document)
+    q = unique()
+    await call(sidecar, "search", {"q": q}, authorization="Bearer alice")
+    await call(sidecar, "search", {"q": q})
+    document["servers"][0]["cache"]["tools"] = [{"name": "search", "scope": "public"}]
+    sidecar.write_config(document)
+    await async_wait_until(
+        lambda: sidecar.sample("mcpcache_config_reloads_total", result="applied") == 1,
+        what="the reload to be applied",
+    )
+    calls = peer.calls["search"]
+    bob = await call(sidecar, "search", {"q": q}, authorization="Bearer bob")
+    assert status_of(bob) == "mcpcache; fwd=miss"
+    assert "for Bearer bob" in bob.text
+    assert peer.calls["search"] == calls + 1

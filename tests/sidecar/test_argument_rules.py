@@ -8,23 +8,17 @@ from typing import Any
 
 import httpx
 
-from peers.clients import call_body, call_headers, mcp_client, post, unique
+from peers.clients import call_tool, mcp_client, text_of, unique
 from peers.sidecar import RunningSidecar, one_server
 
 ALICE = {"authorization": "Bearer alice"}
 BOB = {"authorization": "Bearer bob"}
 
 
-def text_of(result: Any) -> str:
-    return str(result.content[0].text)
-
-
 async def call(
     sidecar: RunningSidecar, tool: str, arguments: dict[str, Any], **headers: str
 ) -> httpx.Response:
-    return await post(
-        sidecar.url("docs"), call_body(1, tool, arguments), call_headers(tool, **headers)
-    )
+    return await call_tool(sidecar.url("docs"), tool, arguments, **headers)
 
 
 def status_of(response: httpx.Response) -> str:

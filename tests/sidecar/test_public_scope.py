@@ -13,7 +13,16 @@ from typing import Any
 import httpx
 import pytest
 
-from peers.clients import MODERN, call_body, call_headers, mcp_client, post, unique
+from peers.clients import (
+    call_body,
+    call_headers,
+    call_tool,
+    mcp_client,
+    post,
+    read_body,
+    text_of,
+    unique,
+)
 from peers.echo import who_answered
 from peers.serving import ServedApp, async_wait_until
 from peers.sidecar import RunningSidecar, one_server
@@ -32,32 +41,15 @@ def public_upstream() -> Iterator[tuple[Upstream, ServedApp]]:
     app.stop()
 
 
-def text_of(result: Any) -> str:
-    return str(result.content[0].text)
-
-
 async def call(
     sidecar: RunningSidecar, tool: str, arguments: dict[str, Any], **headers: str
 ) -> httpx.Response:
-    return await post(
-        sidecar.url("docs"), call_body(1, tool, arguments), call_headers(tool, **headers)
-    )
+    return await call_tool(sidecar.url("docs"), tool, arguments, **headers)
 
 
 async def read(sidecar: RunningSidecar, uri: str, **headers: str) -> httpx.Response:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 7,
-        "method": "resources/read",
-        "params": {
-            "uri": uri,
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": MODERN,
-                "io.modelcontextprotocol/clientCapabilities": {},
-            },
-        },
-    }
-    return await post(sidecar.url("docs"), body, call_headers(uri, "resources/read", **headers))
+    headers = call_headers(uri, "resources/read", **headers)
+    return await post(sidecar.url("docs"), read_body(7, uri), headers)
 
 
 def status_of(response: httpx.Response) -> str:

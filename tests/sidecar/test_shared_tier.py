@@ -17,7 +17,7 @@ import pytest
 
 from mcpcache.sidecar.config import ConfigError, parse_config
 from mcpcache.sidecar.tiers.redis_tier import MAGIC, Breaker, decode, encode
-from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client, post, unique
+from peers.clients import LEGACY, call_body, call_headers, mcp_client, post, read_body, unique
 from peers.controlplane import Authority
 from peers.redisserver import RedisServer, redis_server_binary
 from peers.serving import ServedApp, async_wait_until
@@ -559,20 +559,8 @@ def stored(sidecar: RunningSidecar) -> Any:
 
 
 async def read(sidecar: RunningSidecar, uri: str, user: str) -> httpx.Response:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 3,
-        "method": "resources/read",
-        "params": {
-            "uri": uri,
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": MODERN,
-                "io.modelcontextprotocol/clientCapabilities": {},
-            },
-        },
-    }
     headers = call_headers(uri, "resources/read", authorization=f"Bearer {user}")
-    return await post(sidecar.url("s"), body, headers, 10)
+    return await post(sidecar.url("s"), read_body(3, uri), headers, 10)
 
 
 async def test_a_public_tool_entry_is_shared_by_the_replicas_of_one_app_and_no_other(

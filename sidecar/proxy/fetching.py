@@ -149,7 +149,10 @@ class Fetch:
         if verdict.reason is None and storage.invalidator.epoch(server.name) != self._epoch:
             verdict = Verdict("invalidated")  # fetched before entries were dropped
         final = capture.final if capture is not None else None
-        if self._learns and final is not None and "result" in final:
+        # A listing answered for another request, or overtaken by a change the server
+        # announced while it was upstream, teaches nothing.
+        current = verdict.reason not in ("id_reused", "invalidated")
+        if self._learns and current and final is not None and "result" in final:
             storage.invalidator.hints.learn(server.name, final["result"])
         verdict = answers.scoped(request.lookup, verdict, self._header_map)
         ttl = answers.storage_ttl(

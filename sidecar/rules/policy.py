@@ -193,15 +193,16 @@ def plan(
     reason = bypass_reason(server, message)
     rule = tool_rule(server, message) if cache.tools else None
     tool: str | None = None
-    params = message.params
+    params = filled = message.params
     if reason is None and message.method == "tools/call":
         tool = params["name"]
         if rule is not None or cache.only_read_only_tools:
             reason = tool_bypass(server, rule, tool, hints or ToolHints())
         if reason is None and cache.fill_schema_defaults and hints is not None:
-            params = arguments.with_defaults(params, hints.defaults(server.name, tool))
+            defaults = hints.defaults(server.name, tool)
+            filled = arguments.with_defaults(params, defaults)
         if reason is None and rule is not None and rule.skip_if:
-            reason = "skip_if" if arguments.skipped(rule, arguments.arguments_of(params)) else None
+            reason = "skip_if" if arguments.skipped(rule, arguments.arguments_of(filled)) else None
     if reason is not None:
         invalidates = writes(rule, message)
         return Bypass(reason, invalidates, learns_tools(server, message))
@@ -215,19 +216,28 @@ def plan(
     keyed = keyed_headers(server, headers, hidden)
     method = message.method
     assert method is not None
-    public = rule is not None and rule.scope == "public"
+    # A key for every caller must still name the protocol version the answer was made
+    # under: a session without the version header leaves it unknown, so such a caller
+    # keeps entries of its own.
+    versioned = PROTOCOL_HEADER in headers or SESSION_HEADER not in headers
+    public = rule is not None and rule.scope == "public" and versioned
+    # Defaults are learned from whichever caller's `tools/list` passed last: they may
+    # name one caller's own choices (an owner that defaults to the logged-in user), so
+    # they fill only a caller's own key, never one shared with every caller.
     if public:
         keyed = public_keyed(keyed, cache.identity_headers)
+    else:
+        params = filled
     who = identity(server, headers, keyed, raw_headers)
     ignored = rule.ignore_arguments if rule is not None else ()
     key = cache_key(server.name, method, params, app_id, who, ignored, public)
     session_id = headers.get(SESSION_HEADER)
     session = session_scope(server, session_id) if session_id and not public else ""
     public_key = ""
-    if cache.trust_public_hints and method in SCOPED_RESULTS:
+    if cache.trust_public_hints and method in SCOPED_RESULTS and versioned:
         shared = public_keyed(keyed, cache.identity_headers)
         anyone = identity(server, headers, shared, raw_headers)
-        public_key = cache_key(server.name, method, params, app_id, anyone, ignored, True)
+        public_key = cache_key(server.name, method, message.params, app_id, anyone, ignored, True)
     if tool is not None:
         ttl = rule.ttl if rule is not None and rule.ttl is not None else cache.ttl
         if cache.tools:  # the values writes `match` on, and whether it is for everyone

@@ -326,3 +326,37 @@ def test_rules_that_cannot_mean_anything_are_refused(rule: dict[str, Any]) -> No
 
 def test_the_scope_of_an_entry_is_public_only_for_public_rules() -> None:
     assert Scope("s").public is False
+
+
+def listing_with_default(owner: str) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {"owner": {"type": "string", "default": owner}}}
+    return {"tools": [{"name": "list_repos", "inputSchema": schema}]}
+
+
+def test_a_default_learned_from_one_callers_listing_never_fills_a_public_key() -> None:
+    # Alice's listing says `owner` defaults to "alice" (a server that defaults to the
+    # logged-in user); Bob's omitted owner means his own repositories.
+    s = server(fillSchemaDefaults=True, tools=[{"name": "list_repos", "scope": "public"}])
+    hints = ToolHints()
+    hints.learn("s", listing_with_default("alice"))
+    alice = plan(s, call("list_repos", {"owner": "alice"}), {"authorization": "alice"}, hints)
+    bob = plan(s, call("list_repos", {}), {"authorization": "bob"}, hints)
+    assert isinstance(alice, policy.Lookup)
+    assert isinstance(bob, policy.Lookup)
+    assert alice.key != bob.key
+
+
+def test_a_public_rule_keeps_callers_apart_when_the_protocol_version_is_unknown() -> None:
+    # A session without the version header: its version is whatever it negotiated.
+    s = server(tools=[{"name": "search", "scope": "public"}])
+    old = {"authorization": "a", "mcp-session-id": "negotiated-2024-11-05"}
+    new = {"authorization": "b", "mcp-session-id": "negotiated-2025-03-26"}
+    keys = [
+        policy.plan(s, call("search", {"q": "x"}), h, list(h.items()), "app", None)
+        for h in (old, new)
+    ]
+    assert all(isinstance(k, policy.Lookup) for k in keys)
+    assert keys[0].key != keys[1].key  # type: ignore[union-attr]
+    with_version = plan(s, call("search", {"q": "x"}), {"authorization": "a"})
+    assert isinstance(with_version, policy.Lookup)
+    assert with_version.scope.public, "with the version header the rule still shares"

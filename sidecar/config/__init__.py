@@ -52,11 +52,8 @@ from .model import (
     SidecarConfig,
 )
 from .servers import (
-    Names,
     Server,
     ServerCache,
-    ToolRule,
-    is_catch_all,
 )
 from .shared import (
     NAMESPACE_ENV,
@@ -71,6 +68,13 @@ from .shared import (
     ClusterNodes,
     SentinelNodes,
     SharedCache,
+)
+from .tools import (
+    ArgumentMatch,
+    Names,
+    ToolRule,
+    is_catch_all,
+    value_text,
 )
 from .units import (
     format_duration,
@@ -115,6 +119,7 @@ __all__ = [
     "SHARED_CACHE_URL_ENV",
     "SHARED_CACHE_USERNAME_ENV",
     "Address",
+    "ArgumentMatch",
     "CacheLimits",
     "ClusterNodes",
     "ConfigError",
@@ -139,4 +144,5 @@ __all__ = [
     "parse_duration",
     "parse_quantity",
     "parse_servers_file",
+    "value_text",
 ]

@@ -43,7 +43,7 @@ OVERHEAD: Final = len(MAGIC) + KEY_LENGTH + 2 + GENERATION_LENGTH + _HEAD.size
 
 
 @dataclass(frozen=True, slots=True)
-class SharedEntry:
+class TierEntry:
     """A result read from the shared tier, with wall-clock (Unix) timestamps."""
 
     result: bytes
@@ -71,7 +71,7 @@ def encode(
     return b"".join((MAGIC, _echo(key, generation), head, result))
 
 
-def decode(value: bytes, key: str, generation: bytes = b"") -> SharedEntry | None:
+def decode(value: bytes, key: str, generation: bytes = b"") -> TierEntry | None:
     """The entry `value` holds for `key` in this `generation` of its server, or None
     when it is not a value this tier wrote for this key since the server's last removal."""
     start = len(MAGIC)
@@ -100,7 +100,7 @@ def decode(value: bytes, key: str, generation: bytes = b"") -> SharedEntry | Non
     canonical, ttl_at = encode_result(parsed)
     if canonical != result:
         return None
-    return SharedEntry(result, bool(flags & _EVENT_STREAM), stored_at, expires_at, ttl_at)
+    return TierEntry(result, bool(flags & _EVENT_STREAM), stored_at, expires_at, ttl_at)
 
 
 def glob_escape(text: str) -> str:

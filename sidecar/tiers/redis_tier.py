@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 from ..config import SharedCache
 from ..metrics import SharedMetrics
 from .breaker import FAILED, POOL_FULL, SKIPPED, Breaker, Failed, State
-from .codec import OVERHEAD, KeyLayout, SharedEntry, decode, encode
+from .codec import OVERHEAD, KeyLayout, TierEntry, decode, encode
 from .removals import Removals
 
 if TYPE_CHECKING:
@@ -52,17 +52,17 @@ MAX_PENDING_WRITES: Final = 64
 
 
 @dataclass(frozen=True, slots=True)
-class SharedRead:
+class TierRead:
     """What one lookup found: the verified entry (None on a miss) with its remaining life,
     and the server's generation as it was read (None when Redis was out of reach: an
     answer fetched after such a lookup is not written, its generation being unknown)."""
 
-    entry: SharedEntry | None
+    entry: TierEntry | None
     remaining: float
     generation: bytes | None
 
 
-class SharedTier:
+class RedisTier:
     """The shared tier of one sidecar: one Redis client (of any deployment) with its pools."""
 
     def __init__(
@@ -93,24 +93,24 @@ class SharedTier:
 
     async def get(
         self, app_id: str, server: str, key: str, max_size: int, max_ttl: float
-    ) -> SharedRead:
+    ) -> TierRead:
         """The verified entry for `key` and its remaining life in seconds (at most
         `max_ttl`, what the entry's own policy allows), with the server's generation;
         no entry on a miss, a refused value, or Redis out of reach."""
         if self.removals.owed(app_id, server):  # entries of before a removal could be read
             self.metrics.lookups.labels("skipped").inc()
-            return SharedRead(None, 0.0, None)
+            return TierRead(None, 0.0, None)
         name = self.keys.entry(app_id, server, key)
         generation_name = self.keys.generation(app_id, server)
         values = await self._run("get", partial(self._client.get_two, name, generation_name))
         if isinstance(values, Failed):
             self.metrics.lookups.labels(values.label).inc()
-            return SharedRead(None, 0.0, None)
+            return TierRead(None, 0.0, None)
         value, generation = values
         generation = generation if isinstance(generation, bytes) else b""
         if value is None:
             self.metrics.lookups.labels("miss").inc()
-            return SharedRead(None, 0.0, generation)
+            return TierRead(None, 0.0, generation)
         entry = None
         if isinstance(value, bytes) and len(value) <= max_size + OVERHEAD:
             entry = decode(value, key, generation)
@@ -118,13 +118,13 @@ class SharedTier:
             self.metrics.lookups.labels("refused").inc()
             logger.warning("shared cache: refused a stored value", extra={"server": server})
             self._spawn(partial(self._run, "delete", partial(self._client.unlink, [name])))
-            return SharedRead(None, 0.0, generation)
+            return TierRead(None, 0.0, generation)
         remaining = min(entry.expires_at - self.clock(), max_ttl)
         if not remaining > 0:  # expired by this host's clock, or the server's TTL is 0
             self.metrics.lookups.labels("miss").inc()
-            return SharedRead(None, 0.0, generation)
+            return TierRead(None, 0.0, generation)
         self.metrics.lookups.labels("hit").inc()
-        return SharedRead(entry, remaining, generation)
+        return TierRead(entry, remaining, generation)
 
     def put(
         self,

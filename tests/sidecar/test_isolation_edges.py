@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from mcpcache.sidecar.config import SharedCache
 from mcpcache.sidecar.metrics import SharedMetrics
-from mcpcache.sidecar.tiers.redis_tier import SharedTier
+from mcpcache.sidecar.tiers.redis_tier import RedisTier
 from peers.clients import call_body, call_headers, post, sse_messages, unique
 from peers.echo import who_answered
 from peers.redisserver import RedisServer
@@ -284,7 +284,7 @@ async def test_a_shared_write_that_lands_after_a_purge_is_never_served(redis_ser
     """A write runs in the background; one that reaches Redis after the purge's SCAN (a
     slow write, a paused Redis) must not bring the purged answer back."""
     settings = SharedCache.model_validate({"url": redis_server.url, "timeout": "1s"})
-    tier = SharedTier(settings, SharedMetrics(CollectorRegistry()))
+    tier = RedisTier(settings, SharedMetrics(CollectorRegistry()))
     app, key, result = "late-" + unique(), "a" * 64, b'{"content":[]}'
     try:
         seen = await tier.get(app, "s", key, 1 << 20, 60)

@@ -37,6 +37,14 @@ class Metrics:
             ["server", "method", "outcome"],
             registry=self.registry,
         )
+        self.bypasses = Counter(
+            "mcpcache_bypasses",
+            "Requests sent upstream without a lookup, by server and reason (method, "
+            "disabled, request_state, task, inexact_number, positional_params, tool_rule, "
+            "not_read_only, skip_if).",
+            ["server", "reason"],
+            registry=self.registry,
+        )
         self.not_stored = Counter(
             "mcpcache_not_stored",
             "Responses to cacheable calls that were not stored, by reason.",
@@ -144,6 +152,11 @@ class Metrics:
             child = self._request_children[key] = self.requests.labels(*key)
         child.inc()
 
+    def count_bypass(self, server: str, method: str, reason: str) -> None:
+        """Count one request never looked up, as a request and by its reason."""
+        self.count(server, method, "bypass")
+        self.bypasses.labels(server, reason).inc()
+
     def observe_upstream(self, server: str, method: str, seconds: float) -> None:
         """One upstream call's duration; the labelled child is looked up once per pair."""
         key = (server, method)
@@ -202,14 +215,16 @@ class SharedMetrics:
         self.lookups = Counter(
             "mcpcache_shared_lookups",
             "Shared-tier lookups after a memory miss: hit, miss, refused (a value that "
-            "failed verification), error, or skipped (the breaker was open).",
+            "failed verification), error, skipped (the breaker was open, or a removal was "
+            "owed) or pool_full (every connection was busy: not counted against Redis).",
             ["result"],
             registry=registry,
         )
         self.stores = Counter(
             "mcpcache_shared_stores",
             "Writes of stored answers to the shared tier: stored, error, skipped (the "
-            "breaker was open) or dropped (too many writes already in flight).",
+            "breaker was open), pool_full (every connection was busy) or dropped (too many "
+            "writes already in flight).",
             ["result"],
             registry=registry,
         )
@@ -233,7 +248,7 @@ class SharedMetrics:
             states=["closed", "open", "half_open"],
             registry=registry,
         )
-        for result in ("hit", "miss", "refused", "error", "skipped"):
+        for result in ("hit", "miss", "refused", "error", "skipped", "pool_full"):
             self.lookups.labels(result)
-        for result in ("stored", "error", "skipped", "dropped"):
+        for result in ("stored", "error", "skipped", "pool_full", "dropped"):
             self.stores.labels(result)

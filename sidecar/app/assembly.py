@@ -30,7 +30,7 @@ from ..proxy.invalidation import Invalidator
 from ..proxy.router import Proxy
 from ..rules.hints import ToolHints
 from ..rules.messages import INVALID_REQUEST
-from ..tiers.redis_tier import SharedTier
+from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamClient
 from .admin import Admin
 from .reload import ConfigSource
@@ -54,10 +54,11 @@ class Sidecar:
             on_evict=self.metrics.record_eviction,
         )
         self.metrics.watch_cache(self.cache)
+        self.cache.age_notes = self._age_note
         self.client = UpstreamClient()
-        self.shared: SharedTier | None = None
+        self.shared: RedisTier | None = None
         if current.shared_cache is not None:
-            self.shared = SharedTier(current.shared_cache, SharedMetrics(self.metrics.registry))
+            self.shared = RedisTier(current.shared_cache, SharedMetrics(self.metrics.registry))
         self.invalidator = Invalidator(
             self.cache, self.metrics, ToolHints(), on_drop=self._drop_shared
         )
@@ -83,6 +84,10 @@ class Sidecar:
         self.ready = False
         self._servers: list[uvicorn.Server] = []
         self.loop: asyncio.AbstractEventLoop | None = None
+
+    def _age_note(self, name: str) -> bool:
+        server = self.config().server(name)
+        return server is not None and server.cache.age_note
 
     def _drop_shared(self, server: str) -> None:
         if self.shared is not None:

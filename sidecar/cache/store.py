@@ -67,6 +67,8 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         self.timer = timer
         self.wall = wall
         """The wall clock, for the time an entry was stored as an answer states it."""
+        self.age_notes: Callable[[str], bool] = lambda server: False
+        """Whether a server's hits start with a note of their age (its `ageNote`)."""
         self._on_evict = on_evict
         self._expiry_heap: list[tuple[float, int, str]] = []
         self._seq = itertools.count()
@@ -121,7 +123,7 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         age: float = 0.0,
         scope: Scope | None = None,
         layout: Layout | None = None,
-        age_note: bool = False,
+        age_note: bool | None = None,
     ) -> Entry | None:
         """Store a result for `ttl` seconds, kept `keep_stale` seconds longer for stale
         answers; None when it can never fit the budget.
@@ -129,7 +131,9 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         `age` is how old the result already is (one copied from the shared tier), so that
         a hit's `Age` counts from when the upstream answered. `layout` says where a hit
         writes into `result` (see `entry.encode`); without one, the bytes are laid out
-        here (a copy from the shared tier: once per copy, never per hit)."""
+        here (a copy from the shared tier: once per copy, never per hit). `age_note`:
+        a hit's first text item says how old it is (None: as `age_notes` says for the
+        scope's server)."""
         if ttl <= 0 or len(result) > self.maxsize:
             return None
         if layout is None:
@@ -140,6 +144,8 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         stored_at = now - max(0.0, age)
         stamp = rfc3339(self.wall() - max(0.0, age))
         seq = next(self._seq)
+        if age_note is None:
+            age_note = scope is not None and self.age_notes(scope.server)
         entry = Entry(
             result, event_stream, stored_at, now + ttl, session, keep_stale, ttl_at, seq, scope,
             layout, stamp, age_note,

@@ -3,8 +3,8 @@
 This is the single source of truth for the config format. The operator imports it to
 write each namespace's ConfigMap, so what the operator writes is, by construction, what
 the sidecar reads. `fields` holds the limits and value types, `servers` one server's
-block, `model` the whole file with its environment overrides, `files` the reading and
-writing; everything public is importable from here.
+block, `shared` the shared tier's, `model` the whole file with its environment overrides,
+`files` the reading and writing; everything public is importable from here.
 """
 
 from .fields import (
@@ -47,23 +47,34 @@ from .model import (
     LISTEN_PORT_ENV,
     METRICS_HOST_ENV,
     METRICS_PORT_ENV,
-    NAMESPACE_ENV,
-    SHARED_CACHE_NAMESPACES_ENV,
-    SHARED_CACHE_PASSWORD_ENV,
-    SHARED_CACHE_TIMEOUT_ENV,
-    SHARED_CACHE_URL_ENV,
-    SHARED_CACHE_USERNAME_ENV,
     Address,
     CacheLimits,
-    SharedCache,
     SidecarConfig,
 )
 from .servers import (
-    Names,
     Server,
     ServerCache,
+)
+from .shared import (
+    NAMESPACE_ENV,
+    SHARED_CACHE_CLUSTER_NODES_ENV,
+    SHARED_CACHE_NAMESPACES_ENV,
+    SHARED_CACHE_PASSWORD_ENV,
+    SHARED_CACHE_SENTINEL_MASTER_ENV,
+    SHARED_CACHE_SENTINEL_NODES_ENV,
+    SHARED_CACHE_TIMEOUT_ENV,
+    SHARED_CACHE_URL_ENV,
+    SHARED_CACHE_USERNAME_ENV,
+    ClusterNodes,
+    SentinelNodes,
+    SharedCache,
+)
+from .tools import (
+    ArgumentMatch,
+    Names,
     ToolRule,
     is_catch_all,
+    value_text,
 )
 from .units import (
     format_duration,
@@ -99,19 +110,25 @@ __all__ = [
     "METRICS_PORT_ENV",
     "NAMESPACE_ENV",
     "SERVERS_FILE_KEYS",
+    "SHARED_CACHE_CLUSTER_NODES_ENV",
     "SHARED_CACHE_NAMESPACES_ENV",
     "SHARED_CACHE_PASSWORD_ENV",
+    "SHARED_CACHE_SENTINEL_MASTER_ENV",
+    "SHARED_CACHE_SENTINEL_NODES_ENV",
     "SHARED_CACHE_TIMEOUT_ENV",
     "SHARED_CACHE_URL_ENV",
     "SHARED_CACHE_USERNAME_ENV",
     "Address",
+    "ArgumentMatch",
     "CacheLimits",
+    "ClusterNodes",
     "ConfigError",
     "Duration",
     "Glob",
     "Model",
     "Names",
     "Quantity",
+    "SentinelNodes",
     "Server",
     "ServerCache",
     "SharedCache",
@@ -127,4 +144,5 @@ __all__ = [
     "parse_duration",
     "parse_quantity",
     "parse_servers_file",
+    "value_text",
 ]

@@ -23,7 +23,7 @@ from ..rules import answers, cache_status, freshness, policy
 from ..rules.capture import ResponseCapture
 from ..rules.headers import forward_headers, response_headers
 from ..rules.messages import ERROR, RESULT, Message, Verdict
-from ..tiers.redis_tier import SharedTier
+from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamFailure
 from ..upstream.exchange import Exchange, Exchanges, Outbound
 from ..upstream.flights import ALONE, ENDED_EARLY, Flight, Head, Outcome
@@ -58,7 +58,7 @@ class Storage:
     """Where fetched answers go, and what decides whether they may."""
 
     cache: ResponseCache
-    tier: SharedTier | None
+    tier: RedisTier | None
     invalidator: Invalidator
     metrics: Metrics
     observations: Observations = field(default_factory=Observations)
@@ -158,7 +158,10 @@ class Fetch:
         if verdict.reason is None and storage.invalidator.epoch(server.name) != self._epoch:
             verdict = Verdict("invalidated")  # fetched before entries were dropped
         final = capture.final if capture is not None else None
-        if self._learns and final is not None and "result" in final:
+        # A listing answered for another request, or overtaken by a change the server
+        # announced while it was upstream, teaches nothing.
+        current = verdict.reason not in ("id_reused", "invalidated")
+        if self._learns and current and final is not None and "result" in final:
             storage.invalidator.hints.learn(server.name, final["result"])
         if final is not None and isinstance(final.get("result"), dict):
             digest = answer_digest(final["result"])
@@ -167,6 +170,7 @@ class Fetch:
         rewrite = final is not None and freshness.overrides(server, request.message.method, final)
         if rewrite and final is not None:
             verdict = freshness.storable(verdict, final)
+        verdict = answers.scoped(request.lookup, verdict, self._header_map)
         ttl = answers.storage_ttl(
             server, verdict, self._header_map, request.message.method, request.lookup.ttl
         )
@@ -180,8 +184,9 @@ class Fetch:
         # their share, so it is not built.
         flight = self._flight
         assert capture is not None
-        share = _outcome(self._status, capture, verdict, self.result) if flight.followers else ALONE
-        flight.settle(share)
+        public = request.lookup.scope.public
+        share = _outcome(self._status, capture, verdict, public, self.result)
+        flight.settle(share if flight.followers else ALONE)
         return verdict
 
     def _store(self, verdict: Verdict, event_stream: bool, ttl: float) -> Verdict:
@@ -194,25 +199,25 @@ class Fetch:
         if verdict.reason is None and lookup.session and sessions.ended(lookup.session):
             verdict = Verdict("invalidated")  # its session ended while it was upstream
         if verdict.reason is None:
+            filed = answers.filing(server, lookup, verdict, self._header_map)
             stored = storage.cache.store(
-                lookup.key,
+                filed.key,
                 verdict.result,
                 event_stream,
                 ttl,
-                lookup.session,
+                filed.session,
                 server.cache.keep_stale,
                 verdict.ttl_at,
-                scope=lookup.scope,
+                scope=filed.scope,
                 layout=verdict.layout,
-                age_note=server.cache.age_note,
             )
             if stored is None:
                 verdict = Verdict("over_budget")
-            elif storage.tier is not None and not lookup.session and request.generation is not None:
+            elif storage.tier is not None and not filed.session and request.generation is not None:
                 storage.tier.put(
                     request.app_id,
                     server.name,
-                    lookup.key,
+                    filed.key,
                     verdict.result,
                     event_stream,
                     ttl,
@@ -225,11 +230,16 @@ class Fetch:
 
 
 def _outcome(
-    status: int, capture: ResponseCapture, verdict: Verdict, result: bytes | None = None
+    status: int,
+    capture: ResponseCapture,
+    verdict: Verdict,
+    public: bool = False,
+    result: bytes | None = None,
 ) -> Outcome:
     """The followers' answer, from the leader's answer as judged so far (`result`: the
     result as it leaves, when the sidecar rewrote it)."""
-    share = answers.follower_share(status, verdict, capture.final_seen, capture.final is not None)
+    kept = capture.final is not None
+    share = answers.follower_share(status, verdict, capture.final_seen, kept, public)
     if share == "failed":
         if status >= 500:
             return Outcome("failed", upstream_status=status)

@@ -16,19 +16,23 @@ one that may not be stored removes it, since it is known to be out of date.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import orjson
 
 from ..cache.entry import Entry
 from ..cache.observations import Revalidated, answer_digest, scope_label
-from ..config import Server
+from ..config import Server, SidecarConfig
+from ..edge.hit import HitResponse
 from ..edge.incoming import Incoming
 from ..rules import policy
-from ..rules.messages import Message, Verdict, method_label
+from ..rules.messages import Message, Verdict
 from ..upstream.exchange import Exchanges
-from ..upstream.flights import Coalescer, Flight
+from ..upstream.flights import Flight
 from .fetching import CacheableRequest, Fetch, Storage
+
+if TYPE_CHECKING:  # the router imports this module
+    from .router import Proxy
 
 
 class Recheck(Fetch):
@@ -84,38 +88,24 @@ def _digest_of(stored: bytes) -> bytes:
     return answer_digest(parsed) if isinstance(parsed, dict) else b""
 
 
-class Revalidation:
-    """Starts the sampled rechecks of hits, one at a time per key."""
-
-    def __init__(
-        self,
-        exchanges: Exchanges,
-        storage: Storage,
-        coalescer: Coalescer,
-        via: str,
-        chance: Callable[[], float] = random.random,
-    ) -> None:
-        self._exchanges = exchanges
-        self._storage = storage
-        self._coalescer = coalescer
-        self._via = via
-        self._chance = chance
-
-    def sample(
-        self,
-        incoming: Incoming,
-        server: Server,
-        message: Message,
-        raw: bytes,
-        plan: policy.Lookup,
-        app_id: str,
-        entry: Entry,
-    ) -> None:
-        """Maybe recheck the hit just answered from `entry` (`revalidateSample` of the
-        hits); never while the key is already being fetched."""
-        if self._chance() >= server.cache.revalidate_sample or self._coalescer.running(plan.key):
-            return
-        method = method_label(message.method)
-        request = CacheableRequest(incoming, server, message, raw, plan, method, app_id)
-        recheck = Recheck(self._exchanges, self._storage, request, self._via, entry)
-        self._coalescer.start(plan.key, recheck.run, leader=False, joinable=True, keep_going=True)
+def answer_hit(
+    proxy: Proxy,
+    incoming: Incoming,
+    server: Server,
+    message: Message,
+    raw: bytes,
+    plan: policy.Lookup,
+    method: str,
+    config: SidecarConfig,
+    entry: Entry,
+) -> HitResponse:
+    """A fresh entry from memory answers the request: counted, and, for the server's
+    `revalidateSample` of hits, checked in the background unless its key is already
+    being fetched."""
+    proxy.metrics.count(server.name, method, "hit")
+    rate = server.cache.revalidate_sample
+    if rate and random.random() < rate and not proxy.coalescer.running(plan.key):
+        request = CacheableRequest(incoming, server, message, raw, plan, method, config.app_id)
+        recheck = Recheck(proxy.exchanges, proxy.storage, request, proxy.via, entry)
+        proxy.coalescer.start(plan.key, recheck.run, leader=False, joinable=True, keep_going=True)
+    return HitResponse.of(entry, message.id, proxy.cache.timer())

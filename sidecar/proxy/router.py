@@ -36,7 +36,7 @@ from ..edge.origin import OriginPolicy
 from ..metrics import Metrics
 from ..rules import answers, cache_status, policy
 from ..rules.messages import INVALID_REQUEST, Message, method_label
-from ..tiers.redis_tier import SharedTier
+from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamClient
 from ..upstream.exchange import Exchanges, failure_error
 from ..upstream.flights import Coalescer, Flight
@@ -44,7 +44,7 @@ from ..upstream.sessions import LegacySessions
 from .fetching import CacheableRequest, Fetch, Storage
 from .invalidation import Invalidator
 from .passing import pass_through
-from .revalidation import Revalidation
+from .revalidation import answer_hit
 
 logger = logging.getLogger("mcpcache.sidecar")
 
@@ -61,7 +61,7 @@ class Proxy:
         client: UpstreamClient,
         origin_policy: OriginPolicy,
         invalidator: Invalidator,
-        tier: SharedTier | None = None,
+        tier: RedisTier | None = None,
     ) -> None:
         self._config = config
         self.cache = cache
@@ -78,7 +78,6 @@ class Proxy:
         self.exchanges = Exchanges(client, metrics, self.sessions, invalidator.notice)
         self.storage = Storage(cache, tier, invalidator, metrics)
         self.coalescer = Coalescer()
-        self.revalidation = Revalidation(self.exchanges, self.storage, self.coalescer, self.via)
 
     async def aclose(self) -> None:
         """End every upstream fetch still running (at shutdown)."""
@@ -106,18 +105,20 @@ class Proxy:
         method = method_label(message.method)
         if isinstance(plan, policy.Bypass):
             if message.is_request:
-                self.metrics.count(server.name, method, "bypass")
+                self.metrics.count_bypass(server.name, method, plan.reason)
             return await self._pass(incoming, server, plan, message, raw)
         entry = self.cache.get_fresh(plan.key)
+        if entry is None and plan.public_key:  # trustPublicHints: the entry for everyone
+            entry = self.cache.get_fresh(plan.public_key)
         if entry is not None:
-            self.metrics.count(server.name, method, "hit")
-            if server.cache.revalidate_sample:
-                self.revalidation.sample(incoming, server, message, raw, plan, config.app_id, entry)
-            return HitResponse.of(entry, message.id, self.cache.timer())
+            return answer_hit(self, incoming, server, message, raw, plan, method, config, entry)
         generation = None
         if self.tier is not None and not plan.session:
             # Answers given inside a legacy session end with it: they stay in memory.
             entry, generation = await self._tier_lookup(self.tier, config.app_id, server, plan)
+            if entry is None and plan.public_key:
+                public = policy.public_side(plan)
+                entry = (await self._tier_lookup(self.tier, config.app_id, server, public))[0]
             if entry is not None:
                 self.metrics.count(server.name, method, "hit")
                 return HitResponse.of(entry, message.id, self.cache.timer(), from_tier=True)
@@ -130,7 +131,7 @@ class Proxy:
         return await self._miss(request)
 
     async def _tier_lookup(
-        self, tier: SharedTier, app_id: str, server: Server, plan: policy.Lookup
+        self, tier: RedisTier, app_id: str, server: Server, plan: policy.Lookup
     ) -> tuple[Entry | None, bytes | None]:
         """The Redis tier's entry for this lookup (verified there), copied into memory
         for the rest of its life, as long as its own policy allows (a tool rule's TTL
@@ -160,7 +161,6 @@ class Proxy:
             ttl_at=value.ttl_at,
             age=age,
             scope=plan.scope,
-            age_note=server.cache.age_note,
         )
         if entry is None:  # larger than the whole memory budget: served, not kept
             now = self.cache.timer()

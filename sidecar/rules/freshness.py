@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from ..cache.entry import encode
 from ..config import Server
-from .messages import METADATA_METHODS, Verdict, frame_response
+from .messages import METADATA_METHODS, Verdict, cache_scope, frame_response
 
 HINTED_METHODS: Final = METADATA_METHODS | {"resources/read"}
 """The six results that carry `ttlMs` and `cacheScope`."""
@@ -51,8 +51,9 @@ def storable(verdict: Verdict, final: dict[str, Any]) -> Verdict:
     out with a `ttlMs` a hit restates."""
     if verdict.reason not in (None, "ttl_zero"):
         return verdict
-    encoded, layout = encode(final["result"], ttl_ms=0)
-    return Verdict(None, encoded, None, layout.ttl_at, layout)
+    result = final["result"]
+    encoded, layout = encode(result, ttl_ms=0)
+    return Verdict(None, encoded, None, layout.ttl_at, cache_scope(result), layout)
 
 
 def restated(verdict: Verdict, ttl: float) -> bytes:

@@ -1,12 +1,13 @@
-"""The shared tier on a real Redis: replicas share answers, callers never do, and Redis
-trouble never becomes the caller's."""
+"""The shared tier on a real Redis: replicas share answers, callers never do (but for
+entries for every caller, which the replicas of one app share and no other app sees),
+and Redis trouble never becomes the caller's."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -14,63 +15,27 @@ import httpx
 import pytest
 
 from mcpcache.sidecar.config import ConfigError, parse_config
-from mcpcache.sidecar.tiers.redis_tier import MAGIC, Breaker, decode, encode
-from peers.clients import LEGACY, call_body, call_headers, mcp_client, post
+from mcpcache.sidecar.tiers.breaker import Breaker
+from mcpcache.sidecar.tiers.codec import MAGIC, decode, encode
+from peers.clients import LEGACY, call_body, call_headers, mcp_client, post, read_body, unique
 from peers.controlplane import Authority
 from peers.redisserver import RedisServer, redis_server_binary
 from peers.serving import ServedApp, async_wait_until
+from peers.sharedtier import (
+    SHARED_HIT,
+    call,
+    new_app,
+    on_loop,
+    shared_config,
+    stored_in_redis,
+    text_of,
+)
 from peers.sidecar import RunningSidecar, one_server
-
-SHARED_HIT = "mcpcache; hit; detail=shared"
-
-
-def new_app() -> str:
-    return f"app-{uuid.uuid4().hex[:10]}"
-
-
-def shared_config(
-    app: ServedApp, redis_url: str, app_id: str | None = None, **shared: Any
-) -> dict[str, Any]:
-    """One cached server on `app`, the shared tier on `redis_url`, a fresh app id unless
-    one is given. Redis gets a second per operation unless the test says otherwise: the
-    product's 50 ms is for a quiet network, not a loaded test machine."""
-    document = one_server(app.base_url + "/mcp")
-    document["appId"] = app_id or new_app()
-    document["sharedCache"] = {"url": redis_url, "timeout": "1s", **shared}
-    return document
+from peers.upstream import Upstream
 
 
 def keys(redis_server: RedisServer, app_id: str, namespace: str = "default") -> set[bytes]:
-    return set(redis_server.client().scan_iter(match=f"mcpcache:{namespace}:{app_id}:*"))
-
-
-async def call(
-    sidecar: RunningSidecar, tool: str, arguments: dict[str, Any], **headers: str
-) -> tuple[str, str, dict[str, Any]]:
-    """Cache-Status, content type and the JSON-RPC message of one tools/call."""
-    response = await post(
-        sidecar.url("s"), call_body(7, tool, arguments), call_headers(tool, **headers), 10
-    )
-    assert response.status_code == 200, response.text
-    content_type = response.headers["content-type"]
-    if content_type.startswith("text/event-stream"):
-        data = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
-        message = json.loads(data[-1])
-    else:
-        message = response.json()
-    return response.headers["cache-status"], content_type, message
-
-
-def text_of(message: dict[str, Any]) -> str:
-    return str(message["result"]["content"][0]["text"])
-
-
-def stored_in_redis(sidecar: RunningSidecar, count: float = 1) -> Any:
-    """Writes to Redis do not delay the answer: wait until they have happened."""
-    return async_wait_until(
-        lambda: sidecar.sample("mcpcache_shared_stores_total", result="stored") >= count,
-        what="the shared tier to store",
-    )
+    return set(redis_server.client().scan_iter(match=f"mcpcache:{namespace}:{{{app_id}:*"))
 
 
 @pytest.mark.parametrize("kind", ["json", "sse"])
@@ -398,12 +363,6 @@ async def test_writes_never_delay_the_answer_and_none_outlives_the_sidecar(
     assert shared.pending_writes == 0
 
 
-def on_loop(sidecar: RunningSidecar, work: Any) -> Any:
-    """Run one of the sidecar's own coroutines on its event loop."""
-    assert sidecar.sidecar.loop is not None
-    return asyncio.run_coroutine_threadsafe(work, sidecar.sidecar.loop).result(10)
-
-
 async def test_purges_reach_the_shared_tier_and_only_their_own_prefix(
     make_sidecar, redis_server, json_upstream
 ) -> None:
@@ -430,12 +389,12 @@ async def test_purges_reach_the_shared_tier_and_only_their_own_prefix(
 
     def count(app_id: str, server: str = "*") -> int:
         quoted = quote(app_id, safe="")
-        return len(list(client.scan_iter(match=f"mcpcache:default:{quoted}:{server}:*")))
+        return len(list(client.scan_iter(match=f"mcpcache:default:{{{quoted}:{server}}}:*")))
 
     sidecar = sidecars[wild]
     shared = sidecar.sidecar.shared
     assert shared is not None
-    (name, *_) = client.scan_iter(match=f"mcpcache:default:{quote(wild, safe='')}:s:*")
+    (name, *_) = client.scan_iter(match=f"mcpcache:default:{{{quote(wild, safe='')}:s}}:*")
     assert on_loop(sidecar, shared.delete(wild, "s", [name.decode()[-64:]])) == 1
     assert count(wild, "s") == 1
     assert on_loop(sidecar, shared.delete_server(wild, "t")) == 2
@@ -532,3 +491,81 @@ async def test_a_purge_on_one_replica_reaches_every_replicas_shared_entries(
     status, _, _ = await call(second, "echo", arguments)
     assert status.startswith("mcpcache; fwd=miss")
     assert peer.calls["echo"] == before + 1
+
+
+# --- entries for every caller ------------------------------------------------------
+
+SHARED_PUBLIC_HIT = "mcpcache; hit; detail=shared-public"
+
+
+@pytest.fixture(scope="module")
+def public_upstream() -> Iterator[tuple[Upstream, ServedApp]]:
+    """An SDK server that marks its `resources/read` results `cacheScope: "public"`."""
+    peer = Upstream(resource_scope="public")
+    app = ServedApp(peer.app(json_response=True)).start()
+    yield peer, app
+    app.stop()
+
+
+def stored(sidecar: RunningSidecar) -> Any:
+    return async_wait_until(
+        lambda: sidecar.sample("mcpcache_shared_stores_total", result="stored") >= 1,
+        what="the shared tier to store",
+    )
+
+
+async def read(sidecar: RunningSidecar, uri: str, user: str) -> httpx.Response:
+    headers = call_headers(uri, "resources/read", authorization=f"Bearer {user}")
+    return await post(sidecar.url("s"), read_body(3, uri), headers, 10)
+
+
+async def test_a_public_tool_entry_is_shared_by_the_replicas_of_one_app_and_no_other(
+    make_sidecar, redis_server, json_upstream
+) -> None:
+    peer, app = json_upstream
+    app_id = new_app()
+    rules = [{"name": "search", "scope": "public"}]
+
+    def replica(of: str) -> RunningSidecar:
+        document = shared_config(app, redis_server.url, of)
+        document["servers"][0]["cache"]["tools"] = rules
+        return make_sidecar(document)
+
+    first, second, other_app = replica(app_id), replica(app_id), replica(new_app())
+    arguments = {"q": unique()}
+    before = peer.calls["search"]
+    await call(first, "search", arguments, authorization="Bearer alice")
+    await stored(first)
+    status, _, answer = await call(second, "search", arguments, authorization="Bearer bob")
+    assert status == SHARED_PUBLIC_HIT
+    assert "for Bearer alice" in text_of(answer), "one entry, fetched for alice"
+    status, _, answer = await call(other_app, "search", arguments, authorization="Bearer bob")
+    assert status.startswith("mcpcache; fwd=miss")
+    assert "for Bearer bob" in text_of(answer)
+    assert peer.calls["search"] == before + 2
+
+
+async def test_a_result_the_server_marks_public_reaches_another_replica_and_private_does_not(
+    make_sidecar, redis_server, public_upstream, json_upstream
+) -> None:
+    app_id = new_app()
+    for peer, app, shared in (
+        (public_upstream[0], public_upstream[1], True),
+        (json_upstream[0], json_upstream[1], False),
+    ):
+        document = shared_config(app, redis_server.url, app_id)
+        document["servers"][0]["cache"]["trustPublicHints"] = True
+        first, second = make_sidecar(document), make_sidecar(document)
+        uri = f"doc://{unique()}"
+        before = peer.calls["doc"]
+        mine = await read(first, uri, "alice")
+        await stored(first)
+        theirs = await read(second, uri, "bob")
+        contents = [json.loads(r.text)["result"]["contents"] for r in (mine, theirs)]
+        if shared:
+            assert contents[0] == contents[1]
+            assert theirs.headers["cache-status"] == SHARED_PUBLIC_HIT
+            assert peer.calls["doc"] == before + 1
+        else:
+            assert theirs.headers["cache-status"].startswith("mcpcache; fwd=miss")
+            assert peer.calls["doc"] == before + 2

@@ -23,7 +23,7 @@ TESTS=(
   test_store_properties.py test_units.py test_config.py test_sse.py test_messages.py
   test_headers.py test_capture.py test_value_forms.py test_event_bounds.py test_store_rules.py
   test_config_tiers.py test_session_ids.py
-  test_hints_and_notices.py
+  test_hints_and_notices.py test_store_layout.py test_observations.py
 )
 
 fresh=0

@@ -1,8 +1,9 @@
 """What the operator keeps in memory of the objects it watches. Pure.
 
-kopf's indexes hold one record per MCPServer and per managed ConfigMap, built from each
-watch event, so a reconcile pass reads memory instead of listing the namespace. Records
-hold plain copies of the few fields a pass reads, never the event's body: at ten
+One record per MCPServer and per managed ConfigMap, built from each watch event, so a
+reconcile pass reads memory instead of listing the namespace. We keep them ourselves
+rather than in kopf's indexes, whose start-up is quadratic (see `kube.mcpservers`).
+Records hold plain copies of the few fields a pass reads, never the event's body: at ten
 thousand objects the bodies (managed fields and all) would be most of the process.
 """
 
@@ -15,6 +16,15 @@ from typing import Any
 from .configmap import CONFIG_KEY, DIGEST_ANNOTATION, is_managed
 
 OURS = "mcpcache.io/"
+
+
+def version_of(metadata: Mapping[str, Any]) -> int:
+    """The resourceVersion as a number, which etcd-backed API servers issue as growing
+    integers: it orders a listing's copy against a watch event's. 0 when it is not one."""
+    try:
+        return int(metadata.get("resourceVersion") or 0)
+    except ValueError:
+        return 0
 
 
 def plain(value: Any) -> Any:
@@ -30,6 +40,7 @@ def plain(value: Any) -> Any:
 class ServerRecord:
     name: str
     uid: str
+    version: int
     generation: int
     deleting: bool
     spec: Mapping[str, Any]
@@ -45,6 +56,7 @@ class ServerRecord:
         return cls(
             name=str(metadata.get("name")),
             uid=str(metadata.get("uid")),
+            version=version_of(metadata),
             generation=int(metadata.get("generation") or 0),
             deleting=bool(metadata.get("deletionTimestamp")),
             spec=plain(body.get("spec") or {}),

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 from kubernetes import client, config
 
-from .metrics import OperatorMetrics
+from ..metrics import OperatorMetrics
 
 API_TIMEOUT = 30.0
 """Seconds any one API call may take; a pass that times out is retried."""
@@ -104,14 +104,20 @@ class KubeAPI:
         path: str,
         body: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
+        deadline: float | None = None,
     ) -> dict[str, Any]:
+        """One call; `deadline` (seconds) shortens the default timeout."""
         session = self._open()
         self.metrics.api_requests.labels(method, resource).inc()
+        limit = self._timeout
+        if deadline is not None and deadline < float(self._timeout.total or API_TIMEOUT):
+            limit = aiohttp.ClientTimeout(total=deadline)
         async with session.request(
             method,
             self.base + path,
             json=body,
             headers=self._headers(content_type if body is not None else None),
+            timeout=limit,
         ) as response:
             if response.status >= 400:
                 raise ApiError(response.status, method, path, await response.text())

@@ -89,7 +89,10 @@ async def _when_listed(
 async def run(settings: OperatorSettings, stop: asyncio.Event | None = None) -> None:
     metrics = OperatorMetrics()
     start_http_server(settings.metrics_port, registry=metrics.registry)
-    api = KubeAPI(load_configuration(), metrics)
+    configuration = load_configuration()
+    api = KubeAPI(configuration, metrics)
+    # The Lease has a client of its own: a renewal never waits behind the passes' writes.
+    lease_api = KubeAPI(configuration, metrics, connections=2)
     events = EventPoster(api)
     queue = NamespaceQueue(metrics)
     reconciler = Reconciler(api, metrics, events.warn, events.info, queue.request)
@@ -109,7 +112,7 @@ async def run(settings: OperatorSettings, stop: asyncio.Event | None = None) -> 
         renew_deadline=settings.lease_renew_deadline,
         retry_period=settings.lease_retry_period,
     )
-    elector = LeaseElector(api, lease, metrics, queue.start_leading, queue.stop_leading)
+    elector = LeaseElector(lease_api, lease, metrics, queue.start_leading, queue.stop_leading)
     reconciler.fence = elector.remaining
     health = HealthServer(
         settings.health_port, settings.webhook_port if settings.webhook_cert else None
@@ -147,6 +150,7 @@ async def run(settings: OperatorSettings, stop: asyncio.Event | None = None) -> 
         await health.stop()
         await asyncio.wait_for(events.drain(), 5)
         await api.close()
+        await lease_api.close()
 
 
 def main(argv: Sequence[str] = ()) -> int:

@@ -80,12 +80,6 @@ class _Conflict(Exception):
     quiet = True  # expected: retried, logged at DEBUG (see `scheduling`)
 
 
-class Fenced(Exception):
-    """This replica's hold on the Lease is not good any more: nothing is written."""
-
-    quiet = True
-
-
 def _no_fence() -> float:
     return float("inf")
 
@@ -148,11 +142,8 @@ class Reconciler:
         body: Mapping[str, Any],
         content_type: str = "application/json",
     ) -> dict[str, Any]:
-        remaining = self.fence()
-        if remaining <= 0:
-            raise Fenced("not holding the lease")
         result: dict[str, Any] = await self.api.request(
-            method, resource, path, body, content_type, remaining
+            method, resource, path, body, content_type, fence=self.fence
         )
         return result
 

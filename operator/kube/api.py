@@ -12,10 +12,11 @@ service-account token (re-read as the kubelet rotates it), elsewhere a kubeconfi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -46,6 +47,12 @@ def load_configuration() -> client.Configuration:
     return configuration
 
 
+class NotHolding(Exception):
+    """A fenced write refused: this replica's hold on the Lease has ended."""
+
+    quiet = True  # expected: retried, logged at DEBUG (see `scheduling`)
+
+
 class KubeAPI:
     def __init__(
         self,
@@ -65,6 +72,9 @@ class KubeAPI:
             context.verify_mode = ssl.CERT_NONE
         self._ssl = context
         self._connections = connections
+        self._slots = asyncio.Semaphore(connections)
+        """Requests in flight (watches aside): a request waits here, not in the pool, so
+        its timeout and its fence start when it is sent."""
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
         self._cached_token: str | None = None
@@ -92,8 +102,8 @@ class KubeAPI:
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:
-            # Watches hold their connections; writes get the rest.
-            connector = aiohttp.TCPConnector(ssl=self._ssl, limit=self._connections)
+            # Requests are bounded by `_slots`; watches hold a connection each beside them.
+            connector = aiohttp.TCPConnector(ssl=self._ssl, limit=0)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
         return self._session
 
@@ -104,25 +114,31 @@ class KubeAPI:
         path: str,
         body: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
-        deadline: float | None = None,
+        fence: Callable[[], float] | None = None,
     ) -> dict[str, Any]:
-        """One call; `deadline` (seconds) shortens the default timeout."""
+        """One call. With `fence` (seconds this replica may still write), it is sent
+        only while the fence is open, and given no longer than it stays open."""
         session = self._open()
-        self.metrics.api_requests.labels(method, resource).inc()
-        limit = self._timeout
-        if deadline is not None and deadline < float(self._timeout.total or API_TIMEOUT):
-            limit = aiohttp.ClientTimeout(total=deadline)
-        async with session.request(
-            method,
-            self.base + path,
-            json=body,
-            headers=self._headers(content_type if body is not None else None),
-            timeout=limit,
-        ) as response:
-            if response.status >= 400:
-                raise ApiError(response.status, method, path, await response.text())
-            result: dict[str, Any] = await response.json(content_type=None)
-            return result
+        async with self._slots:
+            limit = self._timeout
+            if fence is not None:
+                remaining = fence()
+                if remaining <= 0:
+                    raise NotHolding(f"{method} {path}: not holding the lease")
+                if remaining < float(self._timeout.total or API_TIMEOUT):
+                    limit = aiohttp.ClientTimeout(total=remaining)
+            self.metrics.api_requests.labels(method, resource).inc()
+            async with session.request(
+                method,
+                self.base + path,
+                json=body,
+                headers=self._headers(content_type if body is not None else None),
+                timeout=limit,
+            ) as response:
+                if response.status >= 400:
+                    raise ApiError(response.status, method, path, await response.text())
+                result: dict[str, Any] = await response.json(content_type=None)
+                return result
 
     async def stream(self, resource: str, path: str, silence: float) -> AsyncIterator[Any]:
         """The JSON documents of a watch, one a line, until the server ends it (it does

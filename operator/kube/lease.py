@@ -98,7 +98,10 @@ class LeaseElector:
                     logger.warning("lease: %r", exc, extra={"lease": self.settings.name})
                 if self.leading and self.remaining() <= 0:
                     self._step_down("could not renew the lease in time")
-                await asyncio.sleep(self.settings.retry_period)
+                pause = self.settings.retry_period
+                if self.leading:  # never sleep past the end of the hold
+                    pause = min(pause, max(self.remaining(), 0.0))
+                await asyncio.sleep(pause)
         finally:
             if self.leading:
                 self._step_down("stopping")

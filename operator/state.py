@@ -36,8 +36,6 @@ class ClusterState:
         self._listings = 0
         """Listings of our own under way: while there are, deletions leave tombstones."""
         self._tombstones: dict[Key, int] = {}
-        self._watched: set[Key] = set()
-        """The MCPServers kopf's watch has reported: one it lists again is a re-listing."""
 
     # -- what a pass reads ------------------------------------------------------------
 
@@ -59,16 +57,14 @@ class ClusterState:
         """An event of kopf's watch (`kind` None: an object of kopf's own listing).
         Returns whether it is a re-listing (kopf listed an object it had reported)."""
         metadata = body.get("metadata") or {}
-        key = (str(metadata.get("namespace")), str(metadata.get("name")))
-        again = kind is None and key in self._watched
-        if kind == "DELETED":
-            self._watched.discard(key)
-        else:
-            self._watched.add(key)
-        self.server_event("DELETED" if kind == "DELETED" else "MODIFIED", body)
+        current = self._servers.get(str(metadata.get("namespace")), {}).get(
+            str(metadata.get("name"))
+        )
+        again = kind is None and current is not None and current.watched
+        self.server_event("DELETED" if kind == "DELETED" else "MODIFIED", body, watched=True)
         return again
 
-    def server_event(self, kind: str, body: Mapping[str, Any]) -> None:
+    def server_event(self, kind: str, body: Mapping[str, Any], watched: bool = False) -> None:
         metadata = body.get("metadata") or {}
         namespace, name = str(metadata.get("namespace")), str(metadata.get("name"))
         version = version_of(metadata)
@@ -89,7 +85,9 @@ class ClusterState:
         buried = self._tombstones.get((namespace, name))
         if buried is not None and version and buried >= version:
             return  # deleted since this copy was listed
-        record = ServerRecord.from_body(body)
+        if current is not None and current.uid == metadata.get("uid"):
+            watched = watched or current.watched
+        record = ServerRecord.from_body(body, watched)
         self._servers.setdefault(namespace, {})[name] = record
         self._on_server(namespace, record, False)
 

@@ -17,7 +17,7 @@ import aiohttp
 import httpx
 import uvloop
 
-from mcpcache.sidecar.upstream import UpstreamClient
+from mcpcache.sidecar.upstream.client import UpstreamClient
 
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{}}}'
 HEADERS = [("content-type", "application/json"), ("accept", "application/json")]

@@ -23,7 +23,10 @@ from kubernetes import client
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from mcpcache.operator.crd import COLLECTION, GROUP, PLURAL, VERSION  # noqa: E402
+from mcpcache.operator.crd import COLLECTION  # noqa: E402
+from mcpcache.operator.crd import RESOURCE_GROUP as GROUP  # noqa: E402
+from mcpcache.operator.crd import RESOURCE_PLURAL as PLURAL  # noqa: E402
+from mcpcache.operator.crd import RESOURCE_VERSION as VERSION  # noqa: E402
 from mcpcache.operator.kube.api import MERGE_PATCH, KubeAPI, load_configuration  # noqa: E402
 from mcpcache.operator.metrics import OperatorMetrics  # noqa: E402
 from peers.controlplane import BIN_ENV, ControlPlane  # noqa: E402

@@ -30,7 +30,7 @@ import uvloop
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 
-from mcpcache.sidecar.listener import uvicorn_config
+from mcpcache.sidecar.edge.listener import uvicorn_config
 
 PAYLOAD = "p" * 4096
 

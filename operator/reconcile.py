@@ -32,7 +32,7 @@ from .configmap import (
     is_managed,
     render_config,
 )
-from .crd import API_VERSION, COLLECTION, KIND, PLURAL
+from .crd import API_VERSION, COLLECTION, RESOURCE_KIND, RESOURCE_PLURAL
 from .kube.api import MERGE_PATCH, ApiError, KubeAPI
 from .metrics import OperatorMetrics
 from .records import ConfigMapRecord, ServerRecord
@@ -265,7 +265,7 @@ class Reconciler:
         desired = self._desired_status(record, effective)
         if same_status(current, desired):
             return False
-        path = f"{COLLECTION}/namespaces/{namespace}/{PLURAL}/{record.name}/status"
+        path = f"{COLLECTION}/namespaces/{namespace}/{RESOURCE_PLURAL}/{record.name}/status"
         try:
             await self._write("PATCH", "mcpservers", path, {"status": desired}, MERGE_PATCH)
         except ApiError as exc:
@@ -274,7 +274,7 @@ class Reconciler:
             raise
         body = {
             "apiVersion": API_VERSION,
-            "kind": KIND,
+            "kind": RESOURCE_KIND,
             "metadata": {"name": record.name, "namespace": namespace, "uid": record.uid},
         }
         for kind, reason, message in status_events(

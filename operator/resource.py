@@ -16,7 +16,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from mcpcache.sidecar.config import MAX_SIZE_CEILING, Server, ServerCache
-from mcpcache.sidecar.units import format_quantity
+from mcpcache.sidecar.config.units import format_quantity
 
 PURGE_ANNOTATION: Final = "mcpcache.io/purge"
 """Any new value on an MCPServer makes every sidecar of its namespace drop its entries."""

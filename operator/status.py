@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcpcache.sidecar.config import ServerCache, ToolRule
-from mcpcache.sidecar.units import format_duration, format_quantity
+from mcpcache.sidecar.config.units import format_duration, format_quantity
 
 from .resource import Effective, ceiling_text
 

@@ -21,11 +21,11 @@ logger = logging.getLogger("mcpcache")
 
 
 def _sidecar(args: argparse.Namespace) -> int:
-    from .app import Sidecar
+    from .app.assembly import Sidecar
+    from .app.malloc import map_large_blocks
+    from .app.reload import ConfigSource
     from .config import parse_config, parse_servers_file
     from .logs import configure_logging
-    from .memory import map_large_blocks
-    from .reload import ConfigSource
 
     configure_logging(args.log_level)
     map_large_blocks()

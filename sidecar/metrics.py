@@ -12,7 +12,7 @@ from typing import Any, Final, get_args
 import cachetools
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram
 
-from .store import EvictionReason, ResponseCache
+from .cache.store import EvictionReason, ResponseCache
 
 _SHARED_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 KEYED_HEADER_NAMES: Final = 32

@@ -33,7 +33,7 @@ from typing import Any
 
 import kopf
 
-from ..crd import COLLECTION, GROUP, PLURAL, VERSION
+from ..crd import COLLECTION, RESOURCE_GROUP, RESOURCE_PLURAL, RESOURCE_VERSION
 from ..state import ClusterState
 from .api import KubeAPI
 
@@ -130,7 +130,7 @@ class ServerListing:
 
     async def _list(self, namespace: str | None) -> None:
         where = f"/namespaces/{namespace}" if namespace else ""
-        path = f"{COLLECTION}{where}/{PLURAL}"
+        path = f"{COLLECTION}{where}/{RESOURCE_PLURAL}"
         present: set[tuple[str, str]] = set()
         token = None
         self.state.listing_started()
@@ -159,7 +159,7 @@ class ServerListing:
 
 
 def register(registry: kopf.OperatorRegistry, state: ClusterState, listing: ServerListing) -> None:
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    @kopf.on.event(RESOURCE_GROUP, RESOURCE_VERSION, RESOURCE_PLURAL, registry=registry)
     async def mcpserver_event(event: kopf.RawEvent, **_: Any) -> None:
         if state.watched(event.get("type"), event["object"]):
             listing.again()

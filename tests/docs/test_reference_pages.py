@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 
 from mcpcache.sidecar.config import SidecarConfig, load_config
-from mcpcache.sidecar.messages import NotStoredReason
+from mcpcache.sidecar.rules.messages import NotStoredReason
 from peers.operator import OperatorProcess
 from peers.paths import CRD
 from peers.serving import free_port

@@ -10,13 +10,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from mcpcache.sidecar.config import (
-    RESOURCE_GROUP,
-    RESOURCE_KIND,
-    RESOURCE_PLURAL,
-    RESOURCE_VERSION,
-    ServerCache,
-)
+from mcpcache.operator.crd import RESOURCE_GROUP, RESOURCE_KIND, RESOURCE_PLURAL, RESOURCE_VERSION
+from mcpcache.sidecar.config import ServerCache
 from peers.paths import CRD, ROOT
 from peers.resources import GROUP, PLURAL, VERSION, mcpserver, new_namespace
 from peers.serving import wait_until

@@ -13,7 +13,7 @@ from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from mcpcache.sidecar.config import ServerCache
-from mcpcache.sidecar.units import DURATION_PATTERN, QUANTITY_PATTERN
+from mcpcache.sidecar.config.units import DURATION_PATTERN, QUANTITY_PATTERN
 from peers.paths import CRD
 from peers.resources import GROUP, PLURAL, VERSION, mcpserver, new_namespace
 

@@ -118,7 +118,7 @@ def test_the_entry_points_resolve_in_a_clean_install(image_venv: Path, command: 
 
 def test_a_clean_install_has_the_operator_and_no_tests(image_venv: Path) -> None:
     code = (
-        "import mcpcache.operator.cli, mcpcache.sidecar.app, importlib.util;"
+        "import mcpcache.operator.cli, mcpcache.sidecar.app.assembly, importlib.util;"
         "print(importlib.util.find_spec('tests'))"
     )
     result = subprocess.run(

@@ -8,9 +8,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from mcpcache.sidecar.config import RESOURCE_GROUP as GROUP
-from mcpcache.sidecar.config import RESOURCE_PLURAL as PLURAL
-from mcpcache.sidecar.config import RESOURCE_VERSION as VERSION
+from mcpcache.operator.crd import RESOURCE_GROUP as GROUP
+from mcpcache.operator.crd import RESOURCE_PLURAL as PLURAL
+from mcpcache.operator.crd import RESOURCE_VERSION as VERSION
 from mcpcache.sidecar.config import Server, parse_servers_file
 
 from .controlplane import ControlPlane

@@ -15,8 +15,8 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from mcpcache.sidecar.app import Sidecar
-from mcpcache.sidecar.reload import ConfigSource
+from mcpcache.sidecar.app.assembly import Sidecar
+from mcpcache.sidecar.app.reload import ConfigSource
 
 from .kubelet import project
 from .serving import ThreadLoop, end_process_group, free_port, loopback_socket, wait_until

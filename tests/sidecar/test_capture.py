@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from mcpcache.sidecar.capture import MIN_EVENT_BOUND, ResponseCapture
-from mcpcache.sidecar.messages import Verdict
+from mcpcache.sidecar.rules.capture import MIN_EVENT_BOUND, ResponseCapture
+from mcpcache.sidecar.rules.messages import Verdict
 
 
 def answer(request_id: Any = 1, **result: Any) -> bytes:

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from mcpcache.sidecar.channel import ChunkChannel
+from mcpcache.sidecar.upstream.channel import ChunkChannel
 
 
 async def read_all(channel: ChunkChannel) -> list[bytes]:

@@ -3,7 +3,7 @@ at its bound, comments, fields it ignores, and events with nothing to dispatch."
 
 from __future__ import annotations
 
-from mcpcache.sidecar.sse import Event, EventDecoder
+from mcpcache.sidecar.rules.sse import Event, EventDecoder
 
 
 def decode(chunks: list[bytes], max_event: int = 1 << 16) -> list[Event]:

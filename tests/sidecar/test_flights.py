@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from mcpcache.sidecar.coalesce import Coalescer, Flight, Outcome
-from mcpcache.sidecar.messages import RESULT
+from mcpcache.sidecar.rules.messages import RESULT
+from mcpcache.sidecar.upstream.flights import Coalescer, Flight, Outcome
 from peers.serving import async_wait_until
 
 
@@ -15,16 +15,16 @@ async def test_a_flight_takes_followers_up_to_its_cap() -> None:
 
     async def fetch(flight: Flight) -> None:
         await release.wait()
-        flight.settle(Outcome("shared", RESULT, b'{"content":[]}'))
+        flight.settle(Outcome("answer", RESULT, b'{"content":[]}'))
 
-    flight = flights.start("k", fetch, leader=False, shared=True, keep_going=True)
+    flight = flights.start("k", fetch, leader=False, joinable=True, keep_going=True)
     assert flights.joinable("k") is flight
     waiters = [asyncio.create_task(flight.wait_as_follower(5)) for _ in range(2)]
     await async_wait_until(lambda: flights.waiting() == 2, what="two followers")
     assert flights.joinable("k") is None, "a full flight takes no one else"
     release.set()
     outcomes = await asyncio.wait_for(asyncio.gather(*waiters), 5)
-    assert [o.kind for o in outcomes if o is not None] == ["shared", "shared"]
+    assert [o.kind for o in outcomes if o is not None] == ["answer", "answer"]
     assert not flights.running("k"), "a settled flight is no longer joinable"
     await async_wait_until(lambda: len(flights) == 0, what="the task to end")
 
@@ -41,7 +41,7 @@ async def test_a_flight_nobody_waits_for_any_more_is_cancelled() -> None:
         finally:
             cancelled.set()
 
-    flight = flights.start("k", fetch, leader=True, shared=True)
+    flight = flights.start("k", fetch, leader=True, joinable=True)
     await asyncio.wait_for(started.wait(), 5)
     flight.detach_leader()
     await asyncio.wait_for(cancelled.wait(), 5)
@@ -58,7 +58,7 @@ async def test_a_background_refresh_runs_on_with_nobody_waiting() -> None:
         await release.wait()
         finished.set()
 
-    flights.start("k", fetch, leader=False, shared=True, keep_going=True)
+    flights.start("k", fetch, leader=False, joinable=True, keep_going=True)
     release.set()
     await asyncio.wait_for(finished.wait(), 5)
     await async_wait_until(lambda: len(flights) == 0, what="the task to end")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcpcache.sidecar.headers import (
+from mcpcache.sidecar.rules.headers import (
     accepts_both,
     cache_directives,
     connection_named,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from mcpcache.sidecar.hints import MAX_TOOLS_PER_SERVER, ToolHints
-from mcpcache.sidecar.notices import (
+from mcpcache.sidecar.rules.hints import MAX_TOOLS_PER_SERVER, ToolHints
+from mcpcache.sidecar.rules.notices import (
     MAX_NOTICE_EVENT,
     Notice,
     NoticeWatch,

@@ -7,8 +7,13 @@ from typing import Any
 
 import pytest
 
-from mcpcache.sidecar import incoming
-from mcpcache.sidecar.incoming import MEMO_HEADER_BYTES, MEMO_HEADERS, MEMO_MAX_HEADERS, Incoming
+from mcpcache.sidecar.edge import incoming
+from mcpcache.sidecar.edge.incoming import (
+    MEMO_HEADER_BYTES,
+    MEMO_HEADERS,
+    MEMO_MAX_HEADERS,
+    Incoming,
+)
 
 
 def scope(headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from mcpcache.sidecar.config import SharedCache
 from mcpcache.sidecar.metrics import SharedMetrics
-from mcpcache.sidecar.shared import SharedTier
+from mcpcache.sidecar.tiers.redis_tier import SharedTier
 from peers.clients import call_body, call_headers, post, sse_messages, unique
 from peers.echo import who_answered
 from peers.redisserver import RedisServer
@@ -81,7 +81,7 @@ async def test_ids_equal_in_value_are_one_id_to_the_reused_id_guard(
     for response in await asyncio.wait_for(pending, 10):
         assert response.headers["cache-status"] == "mcpcache; fwd=miss; detail=id-reused"
     assert len(sidecar_on_echo.sidecar.cache) == 0
-    assert len(sidecar_on_echo.sidecar.proxy.session_ids) == 0
+    assert len(sidecar_on_echo.sidecar.proxy.sessions.ids) == 0
 
 
 class LegacySession:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcpcache.sidecar.key import cache_key, secret_digest
+from mcpcache.sidecar.rules.key import cache_key, secret_digest
 
 
 def key(params: dict[str, Any], app: str = "agent", auth: str | None = None) -> str:

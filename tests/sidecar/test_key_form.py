@@ -8,7 +8,7 @@ import hashlib
 import json
 from typing import Any
 
-from mcpcache.sidecar.key import cache_key, secret_digest
+from mcpcache.sidecar.rules.key import cache_key, secret_digest
 
 
 def canonical(material: dict[str, Any]) -> str:

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcpcache.sidecar import policy
 from mcpcache.sidecar.config import ConfigError, Server, parse_config
-from mcpcache.sidecar.headers import NOT_KEY_MATERIAL, forwarded
-from mcpcache.sidecar.messages import parse_message
+from mcpcache.sidecar.rules import policy
+from mcpcache.sidecar.rules.headers import NOT_KEY_MATERIAL, forwarded
+from mcpcache.sidecar.rules.messages import parse_message
 from peers.clients import call_body, call_headers, unique
 from peers.echo import EchoUpstream, who_answered
 from peers.serving import ServedApp

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from mcpcache.sidecar.messages import (
+from mcpcache.sidecar.rules.messages import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     PARSE_ERROR,

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from mcpcache.sidecar import policy
+from mcpcache.sidecar.cache.store import Scope
 from mcpcache.sidecar.config import Server
-from mcpcache.sidecar.key import cache_key, secret_digest
-from mcpcache.sidecar.messages import Message, Verdict
-from mcpcache.sidecar.store import Scope
+from mcpcache.sidecar.rules import answers, policy
+from mcpcache.sidecar.rules.key import cache_key, secret_digest
+from mcpcache.sidecar.rules.messages import Message, Verdict
 
 
 def server(name: str = "docs", **cache: Any) -> Server:
@@ -110,13 +110,15 @@ def test_what_a_shared_cache_may_not_keep(
     headers: dict[str, str], event_stream: bool, reason: str | None
 ) -> None:
     lookup = policy.Lookup("k", 30.0, Scope("docs"), keyed=KEYED)
-    assert policy.response_refusal(server(), lookup, 200, headers, event_stream) == reason
+    assert answers.response_refusal(server(), lookup, 200, headers, event_stream) == reason
 
 
 def test_a_cookie_may_be_ignored_when_the_server_says_so() -> None:
     lookup = policy.Lookup("k", 30.0, Scope("docs"), keyed=KEYED)
     cookie = {"set-cookie": "lb=1"}
-    assert policy.response_refusal(server(ignoreSetCookie=True), lookup, 200, cookie, False) is None
+    assert (
+        answers.response_refusal(server(ignoreSetCookie=True), lookup, 200, cookie, False) is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -130,8 +132,8 @@ def test_a_cookie_may_be_ignored_when_the_server_says_so() -> None:
 )
 def test_the_upstreams_lifetime_shortens_the_entry(cache_control: str, ttl: float) -> None:
     headers = {"cache-control": cache_control}
-    assert policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}"), headers) == ttl
-    capped = policy.storage_ttl(server(ttl="60s"), Verdict(None, b"{}", ttl_cap=2), headers)
+    assert answers.storage_ttl(server(ttl="60s"), Verdict(None, b"{}"), headers) == ttl
+    capped = answers.storage_ttl(server(ttl="60s"), Verdict(None, b"{}", ttl_cap=2), headers)
     assert capped == 2
 
 
@@ -162,10 +164,10 @@ def test_connection_naming_a_keyed_header_is_refused_even_without_repeats() -> N
 def test_stored_lifetimes_follow_the_method_and_the_plan() -> None:
     docs = server(ttl="30s", metadataTTL="5m")
     ok = Verdict(None, b"{}")
-    assert policy.storage_ttl(docs, ok, {}, "tools/list") == 300
-    assert policy.storage_ttl(docs, ok, {}, "tools/call") == 30
-    assert policy.storage_ttl(server(ttl="30s"), ok, {}, "tools/list") == 30
-    assert policy.storage_ttl(docs, ok, {}, "tools/call", planned=7) == 7
+    assert answers.storage_ttl(docs, ok, {}, "tools/list") == 300
+    assert answers.storage_ttl(docs, ok, {}, "tools/call") == 30
+    assert answers.storage_ttl(server(ttl="30s"), ok, {}, "tools/list") == 30
+    assert answers.storage_ttl(docs, ok, {}, "tools/call", planned=7) == 7
 
 
 @pytest.mark.parametrize(
@@ -178,15 +180,15 @@ def test_stored_lifetimes_follow_the_method_and_the_plan() -> None:
         (404, Verdict("upstream_status"), True, True, "alone"),
         (200, Verdict("set_cookie"), True, True, "alone"),
         (200, Verdict(None, b"{}"), True, False, "alone"),
-        (200, Verdict("error"), True, True, "shared"),
-        (200, Verdict("too_large"), True, True, "shared"),
-        (200, Verdict(None, b"{}"), True, True, "shared"),
+        (200, Verdict("error"), True, True, "answer"),
+        (200, Verdict("too_large"), True, True, "answer"),
+        (200, Verdict(None, b"{}"), True, True, "answer"),
     ],
 )
 def test_what_collapsed_followers_receive(
     status: int, verdict: Verdict, answered: bool, kept: bool, share: str
 ) -> None:
-    assert policy.follower_share(status, verdict, answered, kept) == share
+    assert answers.follower_share(status, verdict, answered, kept) == share
 
 
 @pytest.mark.parametrize(
@@ -205,8 +207,8 @@ def test_stale_windows_run_from_expiry_for_their_length(
 ) -> None:
     revalidating = server(**({"staleWhileRevalidate": window} if window else {}))
     on_error = server(**({"staleIfError": window} if window else {}))
-    assert policy.stale_while_revalidating(revalidating, 100.0, now) is allowed
-    assert policy.stale_on_error(on_error, 100.0, now) is allowed
+    assert answers.stale_while_revalidating(revalidating, 100.0, now) is allowed
+    assert answers.stale_on_error(on_error, 100.0, now) is allowed
 
 
 @pytest.mark.parametrize(
@@ -229,4 +231,4 @@ def test_stale_windows_run_from_expiry_for_their_length(
 def test_a_write_may_have_happened_unless_its_answer_says_it_did_not(
     reason: str | None, status: int, wrote: bool
 ) -> None:
-    assert policy.write_happened(Verdict(reason), status) is wrote  # type: ignore[arg-type]
+    assert answers.write_happened(Verdict(reason), status) is wrote  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mcpcache.sidecar.responses import ForwardedResponse, StreamedResponse
+from mcpcache.sidecar.edge.forwarded import ForwardedResponse, StreamedResponse
 
 
 async def run(response: Any, receive: Any) -> list[dict[str, Any]]:

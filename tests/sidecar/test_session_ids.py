@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mcpcache.sidecar.session_ids import (
+from mcpcache.sidecar.rules.session_ids import (
     ABANDONED_KEPT,
     ABANDONED_SECONDS,
     SessionRequestIds,

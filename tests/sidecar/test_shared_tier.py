@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from mcpcache.sidecar.config import ConfigError, parse_config
-from mcpcache.sidecar.shared import MAGIC, Breaker, decode, encode
+from mcpcache.sidecar.tiers.redis_tier import MAGIC, Breaker, decode, encode
 from peers.clients import LEGACY, call_body, call_headers, mcp_client, post
 from peers.controlplane import Authority
 from peers.redisserver import RedisServer, redis_server_binary

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mcpcache.sidecar.capture import ResponseCapture
-from mcpcache.sidecar.sse import Event, EventDecoder
+from mcpcache.sidecar.rules.capture import ResponseCapture
+from mcpcache.sidecar.rules.sse import Event, EventDecoder
 
 STREAM = b'id: 1\nevent: message\ndata: {"a":1}\n\n: comment\ndata: x\ndata: y\n\n'
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import orjson
 
-from mcpcache.sidecar.messages import encode_result
-from mcpcache.sidecar.store import EvictionReason, ResponseCache, Scope
+from mcpcache.sidecar.cache.store import EvictionReason, ResponseCache, Scope
+from mcpcache.sidecar.rules.messages import encode_result
 
 
 class Clock:

@@ -8,7 +8,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from mcpcache.sidecar.store import ResponseCache, Scope
+from mcpcache.sidecar.cache.store import ResponseCache, Scope
 
 KEYS = st.sampled_from([f"k{i}" for i in range(12)])
 SCOPES = st.sampled_from(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcpcache.sidecar.store import EvictionReason, ResponseCache
+from mcpcache.sidecar.cache.store import EvictionReason, ResponseCache
 
 
 class Clock:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcpcache.sidecar.units import (
+from mcpcache.sidecar.config.units import (
     format_duration,
     format_quantity,
     parse_duration,

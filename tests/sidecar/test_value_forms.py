@@ -15,7 +15,7 @@ from mcpcache.sidecar.config import (
     parse_config,
     parse_servers_file,
 )
-from mcpcache.sidecar.units import format_duration, parse_duration, parse_quantity
+from mcpcache.sidecar.config.units import format_duration, parse_duration, parse_quantity
 
 SERVER = {"name": "docs", "url": "http://docs.tools.svc:8000/mcp"}
 

@@ -25,7 +25,7 @@ from .notices import Notice, notice_of
 from .sse import Event, EventDecoder
 
 if TYPE_CHECKING:  # the capture stays pure: no HTTP client at run time
-    from .upstream import UpstreamFailure
+    from ..upstream.client import UpstreamFailure
 
 MIN_EVENT_BOUND: Final = 64 << 10
 """Events up to this size are decoded even when nothing may be stored, so that a stream

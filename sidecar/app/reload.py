@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from .config import ConfigError, SidecarConfig, parse_config
+from ..config import ConfigError, SidecarConfig, parse_config
 
 Parser = Callable[[str, Mapping[str, str] | None], SidecarConfig]
 

@@ -55,11 +55,11 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .config import SHARED_CACHE_PASSWORD_ENV, SHARED_CACHE_USERNAME_ENV, SharedCache
-from .messages import encode_result
-from .metrics import SharedMetrics
+from ..config import SHARED_CACHE_PASSWORD_ENV, SHARED_CACHE_USERNAME_ENV, SharedCache
+from ..metrics import SharedMetrics
+from ..rules.messages import encode_result
 
-logger = logging.getLogger("mcpcache.sidecar.shared")
+logger = logging.getLogger("mcpcache.sidecar.tiers.redis_tier")
 
 T = TypeVar("T")
 

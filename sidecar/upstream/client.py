@@ -15,7 +15,7 @@ from typing import Literal
 import aiohttp
 from yarl import URL
 
-from .headers import EVENT_STREAM, joined, media_type
+from ..rules.headers import EVENT_STREAM, joined, media_type
 
 FailureKind = Literal["timeout", "unreachable", "broken"]
 

@@ -23,7 +23,7 @@ import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .responses import ABORT
+from .forwarded import ABORT
 
 _RESET: bytes = struct.pack("ii", 1, 0)
 """SO_LINGER on, zero seconds: closing the socket sends a TCP reset."""

@@ -19,14 +19,14 @@ from typing import Any
 
 import anyio
 
-from . import cache_status
-from .capture import ResponseCapture
-from .errors import UPSTREAM_UNAVAILABLE, error_body
-from .messages import Verdict, frame_event
-from .metrics import Metrics
-from .notices import Notice, NoticeWatch
-from .responses import BrokenBody
-from .upstream import UpstreamFailure, UpstreamResponse
+from ..edge.errors import UPSTREAM_UNAVAILABLE, error_body
+from ..edge.forwarded import BrokenBody
+from ..metrics import Metrics
+from ..rules import cache_status
+from ..rules.capture import ResponseCapture
+from ..rules.messages import Verdict, frame_event
+from ..rules.notices import Notice, NoticeWatch
+from .client import UpstreamFailure, UpstreamResponse
 
 logger = logging.getLogger("mcpcache.sidecar")
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from . import cache_status
-from .messages import RESULT, frame_response
-from .store import Entry
+from ..cache.store import Entry
+from ..rules import cache_status
+from ..rules.messages import RESULT, frame_response
 
 
 class HitResponse:
@@ -22,7 +22,7 @@ class HitResponse:
     _JSON = (b"content-type", b"application/json")
     _EVENTS = (b"content-type", b"text/event-stream")
     _STATUS = (b"cache-status", cache_status.HIT.encode())
-    _SHARED_STATUS = (b"cache-status", cache_status.SHARED_HIT.encode())
+    _TIER_STATUS = (b"cache-status", cache_status.SHARED_HIT.encode())
     _NO_CACHE = (b"cache-control", b"no-cache")
 
     def __init__(
@@ -43,13 +43,13 @@ class HitResponse:
             self.headers.append((b"age", str(max(0, age)).encode()))
 
     @classmethod
-    def of(cls, entry: Entry, request_id: Any, now: float, shared: bool = False) -> HitResponse:
+    def of(cls, entry: Entry, request_id: Any, now: float, from_tier: bool = False) -> HitResponse:
         """The stored result framed under the caller's own JSON-RPC id, its `ttlMs` (if
-        it has one) restated as the freshness left; `shared` when it came from the shared
-        tier."""
+        it has one) restated as the freshness left; `from_tier` when it came from the
+        Redis tier."""
         result, tail = entry.result_parts(now)
         body = frame_response(request_id, result, entry.event_stream, tail=tail)
-        status = cls._SHARED_STATUS if shared else cls._STATUS
+        status = cls._TIER_STATUS if from_tier else cls._STATUS
         return cls(body, entry.event_stream, int(now - entry.stored_at), status)
 
     @classmethod
@@ -60,7 +60,7 @@ class HitResponse:
         return cls(body, entry.event_stream, int(now - entry.stored_at), _status_header(status))
 
     @classmethod
-    def shared(
+    def collapsed(
         cls,
         request_id: Any,
         payload: bytes,

@@ -19,21 +19,21 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..cache.store import ResponseCache
+from ..config import Address, SidecarConfig
+from ..edge.errors import UNKNOWN_SERVER, ProxyError
+from ..edge.incoming import Incoming
+from ..edge.listener import uvicorn_config
+from ..edge.origin import OriginPolicy
+from ..metrics import Metrics, SharedMetrics
+from ..proxy.invalidation import Invalidator
+from ..proxy.router import Proxy
+from ..rules.hints import ToolHints
+from ..rules.messages import INVALID_REQUEST
+from ..tiers.redis_tier import SharedTier
+from ..upstream.client import UpstreamClient
 from .admin import Admin
-from .config import Address, SidecarConfig
-from .errors import UNKNOWN_SERVER, ProxyError
-from .hints import ToolHints
-from .incoming import Incoming
-from .invalidation import Invalidator
-from .listener import uvicorn_config
-from .messages import INVALID_REQUEST
-from .metrics import Metrics, SharedMetrics
-from .origin import OriginPolicy
-from .proxy import Proxy
 from .reload import ConfigSource
-from .shared import SharedTier
-from .store import ResponseCache
-from .upstream import UpstreamClient
 
 logger = logging.getLogger("mcpcache.sidecar")
 

@@ -10,9 +10,8 @@ from typing import Final
 from starlette.types import Message as ASGIMessage
 from starlette.types import Receive, Scope
 
-from .errors import REQUEST_TOO_LARGE, ProxyError
-from .headers import JSON, accepts_both, joined, media_type
-from .messages import (
+from ..rules.headers import JSON, accepts_both, joined, media_type
+from ..rules.messages import (
     HEADER_MISMATCH,
     INVALID_REQUEST,
     MalformedMessage,
@@ -20,6 +19,7 @@ from .messages import (
     parse_message,
     routing_header_mismatch,
 )
+from .errors import REQUEST_TOO_LARGE, ProxyError
 
 UNCHECKED_BODY: Final = 64 << 10
 BYTES_PER_VALUE: Final = 8

@@ -12,11 +12,11 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Final, Literal
 
-from .config import SidecarConfig
-from .hints import ToolHints
-from .metrics import Metrics
-from .notices import Notice
-from .store import ResponseCache
+from ..cache.store import ResponseCache
+from ..config import SidecarConfig
+from ..metrics import Metrics
+from ..rules.hints import ToolHints
+from ..rules.notices import Notice
 
 Cause = Literal["write", "notification", "purge"]
 

@@ -15,15 +15,15 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Scope
 
-from .config import SidecarConfig
-from .errors import FORBIDDEN, UNKNOWN_SERVER, ProxyError
-from .headers import JSON, media_type
-from .incoming import Incoming
-from .invalidation import Invalidator
-from .messages import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
-from .metrics import Metrics
-from .origin import OriginPolicy
-from .store import ResponseCache
+from ..cache.store import ResponseCache
+from ..config import SidecarConfig
+from ..edge.errors import FORBIDDEN, UNKNOWN_SERVER, ProxyError
+from ..edge.incoming import Incoming
+from ..edge.origin import OriginPolicy
+from ..metrics import Metrics
+from ..proxy.invalidation import Invalidator
+from ..rules.headers import JSON, media_type
+from ..rules.messages import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 
 PURGE_PATH: Final = "/admin/purge"
 STATS_PATH: Final = "/admin/stats"

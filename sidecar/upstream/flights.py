@@ -8,7 +8,7 @@ wait for the final answer alone, which the flight settles on once the capture ha
 it. `Coalescer` is the registry by key: the key is always the one `policy.plan` gave, so
 two requests share a flight exactly when they would share a cache entry.
 
-Nothing here decides what followers may receive (that is `policy.follower_share`) or
+Nothing here decides what followers may receive (that is `answers.follower_share`) or
 frames an answer (that is `hit`); this module only keeps time, tasks and waiters.
 """
 
@@ -22,10 +22,10 @@ from typing import Final, Literal
 
 import anyio
 
-from .capture import ResponseCapture
+from ..edge.forwarded import BrokenBody
+from ..rules.capture import ResponseCapture
 from .channel import ChunkChannel
-from .responses import BrokenBody
-from .upstream import UpstreamFailure
+from .client import UpstreamFailure
 
 logger = logging.getLogger("mcpcache.sidecar")
 
@@ -54,13 +54,13 @@ class Head:
 class Outcome:
     """What the followers of a flight get.
 
-    `shared`: the final JSON-RPC `member` (`result` or `error`) as bytes, framed for each
+    `answer`: the final JSON-RPC `member` (`result` or `error`) as bytes, framed for each
     follower under its own id. `failed`: the upstream did not answer (`failure`) or
     answered with a server error (`upstream_status`); a stale entry may stand in.
     `alone`: the answer is not theirs to share; each forwards on its own.
     """
 
-    kind: Literal["shared", "failed", "alone"]
+    kind: Literal["answer", "failed", "alone"]
     member: bytes = b""
     payload: bytes = b""
     event_stream: bool = False
@@ -240,11 +240,11 @@ class Coalescer:
         fetch: Callable[[Flight], Awaitable[None]],
         *,
         leader: bool,
-        shared: bool,
+        joinable: bool,
         keep_going: bool = False,
     ) -> Flight:
-        """Run `fetch(flight)` in a task of its own; `shared`: followers may join it."""
-        if shared:
+        """Run `fetch(flight)` in a task of its own; `joinable`: followers may join it."""
+        if joinable:
             flight = self._by_key[key] = Flight(key, leader, keep_going, self._forget)
         else:
             flight = Flight(key, leader, keep_going)

@@ -1,0 +1,209 @@
+"""The sidecar's configuration: one typed model, read from a YAML or JSON file.
+
+This is the single source of truth for the config format. The operator imports it to
+write each namespace's ConfigMap, so what the operator writes is, by construction,
+what the sidecar reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Self
+from urllib.parse import urlsplit
+
+from pydantic import (
+    AfterValidator,
+    Field,
+    model_validator,
+)
+
+from .fields import (
+    DEFAULT_LISTEN_PORT,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ENTRIES,
+    DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_METRICS_PORT,
+    DEFAULT_SHARED_RETRY_AFTER,
+    DEFAULT_SHARED_TIMEOUT,
+    Duration,
+    Model,
+    Quantity,
+)
+from .servers import (
+    Server,
+)
+
+APP_ID_ENV = "MCPCACHE_APP_ID"
+LISTEN_PORT_ENV = "MCPCACHE_LISTEN_PORT"
+METRICS_HOST_ENV = "MCPCACHE_METRICS_HOST"
+METRICS_PORT_ENV = "MCPCACHE_METRICS_PORT"
+CACHE_MAX_ENTRIES_ENV = "MCPCACHE_CACHE_MAX_ENTRIES"
+CACHE_MAX_BYTES_ENV = "MCPCACHE_CACHE_MAX_BYTES"
+SHARED_CACHE_URL_ENV = "MCPCACHE_SHARED_CACHE_URL"
+SHARED_CACHE_TIMEOUT_ENV = "MCPCACHE_SHARED_CACHE_TIMEOUT"
+SHARED_CACHE_USERNAME_ENV = "MCPCACHE_SHARED_CACHE_USERNAME"
+SHARED_CACHE_PASSWORD_ENV = "MCPCACHE_SHARED_CACHE_PASSWORD"
+SHARED_CACHE_NAMESPACES_ENV = "MCPCACHE_SHARED_CACHE_NAMESPACES"
+NAMESPACE_ENV = "MCPCACHE_NAMESPACE"
+
+
+class Address(Model):
+    host: str
+    port: int = Field(ge=0, le=65535)
+
+
+class CacheLimits(Model):
+    """The one shared cache's budget: whichever limit is reached first applies."""
+
+    max_entries: int = Field(default=DEFAULT_MAX_ENTRIES, ge=1)
+    max_bytes: Quantity = DEFAULT_MAX_BYTES
+
+
+def _redis_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError("expected a redis://, rediss:// or unix:// URL")
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ValueError("the URL names no host")
+    return value
+
+
+def _positive(value: float) -> float:
+    if value <= 0:
+        raise ValueError("must be positive")
+    return value
+
+
+class SharedCache(Model):
+    """The optional second tier on Redis, shared by the sidecars of one app.
+
+    Credentials are read from the environment when the tier starts (never kept in this
+    model, so that printing a configuration never prints them), or from the URL."""
+
+    url: Annotated[str, AfterValidator(_redis_url)]
+    timeout: Annotated[Duration, AfterValidator(_positive)] = DEFAULT_SHARED_TIMEOUT
+    """The bound on every Redis operation; past it the request goes on without Redis."""
+    retry_after: Annotated[Duration, AfterValidator(_positive)] = DEFAULT_SHARED_RETRY_AFTER
+    """How long a failing Redis is left alone before it is tried again."""
+    namespace: str = Field(
+        default="default", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63
+    )
+    """The first part of every key's prefix (the pod's namespace in Kubernetes)."""
+
+    def redacted(self) -> SharedCache:
+        """The same settings with any password in the URL masked, for printing."""
+        parts = urlsplit(self.url)
+        if parts.password is None:
+            return self
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        return self.model_copy(update={"url": parts._replace(netloc=netloc).geturl()})
+
+
+class SidecarConfig(Model):
+    """The whole sidecar configuration. Every field but `servers` has a default."""
+
+    app_id: str = Field(default="default", min_length=1)
+    listen: Address = Address(host="127.0.0.1", port=DEFAULT_LISTEN_PORT)
+    metrics: Address = Address(host="127.0.0.1", port=DEFAULT_METRICS_PORT)
+    """Loopback unless told otherwise; in a pod the operator binds it to the pod IP."""
+    cache: CacheLimits = CacheLimits()
+    shared_cache: SharedCache | None = None
+    """Off unless set: the sidecar then caches in its own memory only."""
+    max_request_bytes: Quantity = DEFAULT_MAX_REQUEST_BYTES
+    max_header_bytes: Quantity = DEFAULT_MAX_HEADER_BYTES
+    header_timeout: Duration = Field(default=10.0, gt=0)
+    """Seconds a connection has to send a whole request, headers and body (both
+    listeners); a slower one is closed."""
+    send_timeout: Duration = Field(default=30.0, gt=0)
+    """Seconds a response may wait for its client to take any of its bytes (the
+    connection's buffers full) before the connection is reset (both listeners)."""
+    max_connections: int = Field(default=1000, ge=1)
+    """Connections or requests in flight a listener takes before answering 503."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Extra `Host` values the listener accepts besides loopback names (DNS-rebinding guard)."""
+    servers: tuple[Server, ...]
+
+    @model_validator(mode="after")
+    def _unique_server_names(self) -> Self:
+        seen: set[str] = set()
+        for server in self.servers:
+            if server.name in seen:
+                raise ValueError(f"server name {server.name!r} appears more than once")
+            seen.add(server.name)
+        return self
+
+    def check_not_self(self) -> None:
+        """Refuse a server URL that points back at this sidecar's own listener: every
+        request to it would loop through the sidecar until memory ran out."""
+        for server in self.servers:
+            parts = urlsplit(server.url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            if parts.hostname in _LOOPBACK and port == self.listen.port:
+                raise ValueError(
+                    f"server {server.name!r} points at the sidecar's own listener ({server.url})"
+                )
+
+    def server(self, name: str) -> Server | None:
+        for server in self.servers:
+            if server.name == name:
+                return server
+        return None
+
+    def to_document(self) -> dict[str, Any]:
+        """The file form: camelCase keys, durations and quantities as strings."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def with_environment(self, environ: Mapping[str, str]) -> SidecarConfig:
+        """Apply the environment overrides: app id, the two ports, the cache budget, the
+        shared tier.
+
+        In Kubernetes these come from the injected container (the app id from the pod,
+        the budget from the operator's settings), the servers from the namespace's
+        ConfigMap."""
+        update: dict[str, Any] = {}
+        if app_id := environ.get(APP_ID_ENV):
+            update["app_id"] = app_id
+        if port := environ.get(LISTEN_PORT_ENV):
+            update["listen"] = self.listen.model_copy(update={"port": int(port)})
+        metrics: dict[str, Any] = {}
+        if host := environ.get(METRICS_HOST_ENV):
+            metrics["host"] = host
+        if port := environ.get(METRICS_PORT_ENV):
+            metrics["port"] = int(port)
+        if metrics:
+            update["metrics"] = self.metrics.model_copy(update=metrics)
+        limits: dict[str, Any] = {}
+        if entries := environ.get(CACHE_MAX_ENTRIES_ENV):
+            limits["maxEntries"] = int(entries)
+        if size := environ.get(CACHE_MAX_BYTES_ENV):
+            limits["maxBytes"] = size
+        if limits:
+            current = self.cache.model_dump(by_alias=True)
+            update["cache"] = CacheLimits.model_validate(current | limits)
+        if (shared := self._shared_from_environment(environ)) is not None:
+            update["shared_cache"] = shared
+        return self.model_copy(update=update) if update else self
+
+    def _shared_from_environment(self, environ: Mapping[str, str]) -> SharedCache | None:
+        """The shared tier as the environment amends it, or None when unchanged: in
+        Kubernetes the URL and the timeout come from the operator's settings, the
+        namespace from the pod (the downward API). When the environment also lists
+        namespaces, its URL applies only to sidecars in one of them."""
+        if listed := environ.get(SHARED_CACHE_NAMESPACES_ENV, "").strip():
+            chosen = {name.strip() for name in listed.split(",")}
+            if environ.get(NAMESPACE_ENV) not in chosen:
+                environ = {k: v for k, v in environ.items() if k != SHARED_CACHE_URL_ENV}
+        names = {
+            SHARED_CACHE_URL_ENV: "url",
+            SHARED_CACHE_TIMEOUT_ENV: "timeout",
+            NAMESPACE_ENV: "namespace",
+        }
+        changes = {field: environ[name] for name, field in names.items() if environ.get(name)}
+        current = self.shared_cache.model_dump() if self.shared_cache is not None else {}
+        if not changes or "url" not in current | changes:
+            return None
+        return SharedCache.model_validate(current | changes)
+
+
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})

@@ -1,0 +1,203 @@
+"""One upstream server's settings: its address, its cache block and its tool rules."""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import re
+from typing import Annotated, Self
+from urllib.parse import urlsplit
+
+from pydantic import (
+    AfterValidator,
+    Field,
+    model_validator,
+)
+
+from .fields import (
+    ALWAYS_KEYED_HEADERS,
+    DEFAULT_IDENTITY_HEADERS,
+    DEFAULT_MAX_SIZE,
+    DEFAULT_TTL_SECONDS,
+    MAX_IGNORED_HEADERS,
+    MAX_RULE_NAMES,
+    MAX_SIZE_CEILING,
+    MAX_TOOL_RULES,
+    MAX_TTL_SECONDS,
+    Duration,
+    Glob,
+    Model,
+    Quantity,
+)
+
+
+def _distinct(values: tuple[str, ...]) -> tuple[str, ...]:
+    if len(set(values)) != len(values):
+        raise ValueError("must not name the same value twice")
+    return values
+
+
+Names = Annotated[tuple[Glob, ...], Field(max_length=MAX_RULE_NAMES), AfterValidator(_distinct)]
+
+
+def is_catch_all(glob: str) -> bool:
+    """A pattern every tool name matches (`*`, `**`, ...)."""
+    return set(glob) == {"*"}
+
+
+class ToolRule(Model):
+    """How one tool (or a family, by glob) is cached; the first matching rule applies."""
+
+    name: Glob
+    enabled: bool | None = Field(default=None, strict=True)
+    """Unset: the server's `enabled` (and `onlyReadOnlyTools`) decide."""
+    ttl: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
+    """Unset: the server's `ttl`."""
+    ignore_arguments: Names = ()
+    """Top-level arguments left out of the key (request ids, nonces): calls that differ
+    only in them share an entry. The caller and the credential always stay in the key."""
+    invalidates: Names = ()
+    """Globs of tools whose entries a successful call of this tool removes, for every
+    caller. Such a tool writes: it is never cached itself."""
+
+    @model_validator(mode="after")
+    def _writes_are_not_cached(self) -> Self:
+        if self.enabled and self.invalidates:
+            raise ValueError(
+                "a tool that invalidates others changes state and cannot be cached: "
+                "drop enabled: true"
+            )
+        return self
+
+    def matches(self, tool: str) -> bool:
+        return fnmatch.fnmatchcase(tool, self.name)
+
+    def shadowed_by(self, earlier: ToolRule) -> bool:
+        """`earlier` matches every name this rule could match, so this one never applies."""
+        if is_catch_all(earlier.name) or earlier.name == self.name:
+            return True
+        literal = not any(c in self.name for c in "*?[")
+        return literal and earlier.matches(self.name)
+
+
+_RULE_MEMO_LIMIT = 4096
+
+
+def _header_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    lowered = tuple(dict.fromkeys(name.lower() for name in names))
+    for name in lowered:
+        if not _TOKEN.fullmatch(name):
+            raise ValueError(f"{name!r} is not an HTTP header name")
+    return lowered
+
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")
+
+
+class ServerCache(Model):
+    """Per-server caching policy, mirroring the MCPServer's `spec.cache`.
+
+    The bounds are the CRD's too (a test runs one table of values through both)."""
+
+    enabled: bool = False
+    ttl: Duration = Field(default=DEFAULT_TTL_SECONDS, gt=0, le=MAX_TTL_SECONDS)
+    max_size: Quantity = Field(default=DEFAULT_MAX_SIZE, ge=1)
+    metadata_ttl: Duration | None = Field(
+        default=None, alias="metadataTTL", gt=0, le=MAX_TTL_SECONDS
+    )
+    """How long list results and `server/discover` are cached (per caller); unset: never."""
+    stale_if_error: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
+    """How long past its TTL an entry may answer when the upstream fails; unset: never."""
+    stale_while_revalidate: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
+    """How long past its TTL an entry may answer at once while it is fetched again."""
+    only_read_only_tools: bool = Field(default=False, strict=True)
+    """Cache only tools the server's `tools/list` marks `readOnlyHint: true` (a rule with
+    `enabled: true` overrides); a tool the sidecar has not seen listed is not cached."""
+    tools: tuple[ToolRule, ...] = Field(default=(), max_length=MAX_TOOL_RULES)
+    identity_headers: Annotated[tuple[str, ...], AfterValidator(_header_names)] = (
+        DEFAULT_IDENTITY_HEADERS
+    )
+    """Headers whose values (hashed) separate one end user's entries from another's,
+    always, and that a request must send at most once."""
+    ignore_headers: Annotated[tuple[str, ...], AfterValidator(_header_names)] = Field(
+        default=(), max_length=MAX_IGNORED_HEADERS
+    )
+    """Forwarded request headers that do not change the answer (a per-request id, say),
+    left out of the key. Every other forwarded header is key material (fail closed)."""
+    ignore_set_cookie: bool = False
+    """Store answers that set a cookie (a load balancer's affinity cookie, say). The
+    cookie still reaches only the caller it was set for; it is never stored."""
+
+    @model_validator(mode="after")
+    def _identity_is_never_ignored(self) -> Self:
+        never = {*DEFAULT_IDENTITY_HEADERS, *self.identity_headers, *ALWAYS_KEYED_HEADERS}
+        named = sorted(never.intersection(self.ignore_headers))
+        if named:
+            raise ValueError(
+                f"ignoreHeaders cannot name {', '.join(named)}: it carries identity or the "
+                "protocol and always stays in the key"
+            )
+        return self
+
+    @functools.cached_property
+    def _rule_memo(self) -> dict[str, ToolRule | None]:
+        return {}
+
+    def rule_for(self, tool: str) -> ToolRule | None:
+        """The first rule whose glob matches `tool`, or None (the server's defaults).
+
+        Remembered per tool name for the life of this config, so a hit pays one dict
+        lookup; the memo is bounded, since tool names come from callers."""
+        if not self.tools:
+            return None
+        memo = self._rule_memo
+        try:
+            return memo[tool]
+        except KeyError:
+            pass
+        rule = next((r for r in self.tools if r.matches(tool)), None)
+        if len(memo) >= _RULE_MEMO_LIMIT:
+            memo.clear()
+        memo[tool] = rule
+        return rule
+
+    def shadowed_rules(self) -> list[tuple[ToolRule, ToolRule]]:
+        """Each rule that can never apply, with the earlier rule that hides it."""
+        found = []
+        for i, rule in enumerate(self.tools):
+            earlier = next((e for e in self.tools[:i] if rule.shadowed_by(e)), None)
+            if earlier is not None:
+                found.append((rule, earlier))
+        return found
+
+    @property
+    def effective_max_size(self) -> int:
+        return min(self.max_size, MAX_SIZE_CEILING)
+
+    @property
+    def max_size_clamped(self) -> bool:
+        return self.max_size > MAX_SIZE_CEILING
+
+    @property
+    def keep_stale(self) -> float:
+        """How long an expired entry of this server is kept for stale answers."""
+        return max(self.stale_if_error or 0.0, self.stale_while_revalidate or 0.0)
+
+
+def _http_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{value!r} is not an http or https URL")
+    return value
+
+
+class Server(Model):
+    """One upstream MCP server the sidecar proxies, reached at `/mcp/<name>`."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253)
+    url: Annotated[str, AfterValidator(_http_url)]
+    timeout: Duration = 30.0
+    cache: ServerCache = ServerCache()
+    purge: str | None = Field(default=None, max_length=256)
+    """A purge marker (the operator copies the MCPServer's `mcpcache.io/purge` annotation
+    here): when it changes, every sidecar following this config drops the server's entries."""

@@ -1,0 +1,216 @@
+"""The upstream fetch of a cacheable request, in its flight's own task.
+
+A `Fetch` is one exchange and the observer it plugs in: it relays the answer to the
+flight's leader (while there is one), judges the answer once the capture has seen it,
+stores what may be stored (in memory, then in the Redis tier without waiting), and
+settles what the flight's followers receive. It is sent with exactly its own request's
+headers and body: whoever else waits for the answer, the credentials are this request's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from ..cache.store import ResponseCache
+from ..config import Server
+from ..edge.forwarded import BrokenBody
+from ..edge.incoming import Incoming
+from ..metrics import Metrics
+from ..rules import answers, cache_status, policy
+from ..rules.capture import ResponseCapture
+from ..rules.headers import forward_headers, response_headers
+from ..rules.messages import ERROR, RESULT, Message, Verdict
+from ..tiers.redis_tier import SharedTier
+from ..upstream.client import UpstreamFailure
+from ..upstream.exchange import Exchange, Exchanges, Outbound
+from ..upstream.flights import ALONE, ENDED_EARLY, Flight, Head, Outcome
+from .invalidation import Invalidator
+
+
+@dataclass(frozen=True, slots=True)
+class CacheableRequest:
+    """A cacheable request on its way: what it is, for whom (`key`), and its bytes."""
+
+    incoming: Incoming
+    server: Server
+    message: Message
+    raw: bytes
+    lookup: policy.Lookup
+    method: str
+    """Its metrics label."""
+    app_id: str
+    """The caller's app id when it arrived (the shared tier files its answer under it)."""
+    generation: bytes | None = None
+    """The server's generation in the shared tier when it was looked up there (None: not
+    looked up, or unknown): its answer is written there under it, or not at all."""
+
+    @property
+    def key(self) -> str:
+        return self.lookup.key
+
+
+@dataclass(frozen=True, slots=True)
+class Storage:
+    """Where fetched answers go, and what decides whether they may."""
+
+    cache: ResponseCache
+    tier: SharedTier | None
+    invalidator: Invalidator
+    metrics: Metrics
+
+
+class Fetch:
+    """One upstream call of a cacheable request (see the module's docstring)."""
+
+    follows = True
+
+    def __init__(
+        self, exchanges: Exchanges, storage: Storage, request: CacheableRequest, via: str
+    ) -> None:
+        self._storage = storage
+        self._request = request
+        self._exchanges = exchanges
+        headers = forward_headers(request.incoming.raw_headers, via, json_body=True)
+        server = request.server
+        self._outbound = Outbound(
+            "POST",
+            headers,
+            request.raw,
+            request.method,
+            request.message.id,
+            request.incoming.headers.get(policy.SESSION_HEADER),
+            server.timeout,
+            ticketed=True,
+        )
+        self.capture: ResponseCapture | None = None
+        self._flight: Flight | None = None
+        self._exchange: Exchange | None = None
+        self._status = 0
+        self._header_map: dict[str, str] = {}
+        self._epoch = 0
+        self._learns = policy.learns_tools(server, request.message)
+
+    async def run(self, flight: Flight) -> None:
+        """The flight's task: open, relay to the leader, judge, settle."""
+        request, storage, server = self._request, self._storage, self._request.server
+        self._flight = flight
+        self._epoch = storage.invalidator.epoch(server.name)
+        exchange = self._exchange = self._exchanges.start(server, self._outbound)
+        try:
+            response = await exchange.open()
+        except UpstreamFailure as exc:
+            flight.fail(exc)
+            return
+        status = self._status = response.status
+        self._header_map = response.header_map
+        refused = answers.response_refusal(
+            server, request.lookup, status, response.header_map, response.event_stream
+        )
+        capture = self.capture = ResponseCapture(
+            request.message.id, response.event_stream, server.cache.effective_max_size, refused
+        )
+        flight.capture = capture
+        if refused is not None:
+            flight.settle(_outcome(status, capture, Verdict(refused)))
+        relay = exchange.relay(response, self)
+        headers = tuple(response_headers(response.headers))
+        if response.event_stream:
+            flight.open_head(Head(status, headers, cache_status.MISS))
+        else:
+            # A JSON answer is one message: read it (up to maxSize) before the headers, so
+            # that Cache-Status can say whether it was stored.
+            try:
+                prefix = await relay.read_prefix()
+            except UpstreamFailure as exc:
+                flight.fail(exc)
+                return
+            if relay.done:
+                flight.open_head(Head(status, headers, relay.cache_status(), prefix, True))
+                return
+            too_large = cache_status.forwarded("miss", cache_status.detail("too_large"))
+            flight.open_head(Head(status, headers, too_large, prefix))
+        try:
+            await relay.deliver(flight.deliver)
+        except BrokenBody:
+            flight.break_off()
+
+    def judged(self, verdict: Verdict, event_stream: bool) -> Verdict:
+        """The answer is judged: store it if it may be, settle the followers' answer."""
+        request, storage, server = self._request, self._storage, self._request.server
+        assert self._exchange is not None
+        assert self._flight is not None
+        capture = self.capture
+        if self._exchange.id_reused:
+            # Whatever it says, the answer may be another request's: neither kept nor
+            # handed to followers (an error or an uncached result included).
+            verdict = Verdict("id_reused")
+        if verdict.reason is None and storage.invalidator.epoch(server.name) != self._epoch:
+            verdict = Verdict("invalidated")  # fetched before entries were dropped
+        final = capture.final if capture is not None else None
+        if self._learns and final is not None and "result" in final:
+            storage.invalidator.hints.learn(server.name, final["result"])
+        ttl = answers.storage_ttl(
+            server, verdict, self._header_map, request.message.method, request.lookup.ttl
+        )
+        verdict = self._store(verdict, event_stream, ttl)
+        # Settled, the flight takes no new followers: with none waiting, nobody reads
+        # their share, so it is not built.
+        flight = self._flight
+        assert capture is not None
+        flight.settle(_outcome(self._status, capture, verdict) if flight.followers else ALONE)
+        return verdict
+
+    def _store(self, verdict: Verdict, event_stream: bool, ttl: float) -> Verdict:
+        """Store a storable answer in memory and, only if memory kept it and it belongs
+        to no legacy session, in the shared tier (without waiting for it); count why not
+        otherwise."""
+        request, storage = self._request, self._storage
+        server, lookup = request.server, request.lookup
+        sessions = self._exchanges.sessions
+        if verdict.reason is None and lookup.session and sessions.ended(lookup.session):
+            verdict = Verdict("invalidated")  # its session ended while it was upstream
+        if verdict.reason is None:
+            stored = storage.cache.store(
+                lookup.key,
+                verdict.result,
+                event_stream,
+                ttl,
+                lookup.session,
+                server.cache.keep_stale,
+                verdict.ttl_at,
+                scope=lookup.scope,
+            )
+            if stored is None:
+                verdict = Verdict("over_budget")
+            elif storage.tier is not None and not lookup.session and request.generation is not None:
+                storage.tier.put(
+                    request.app_id,
+                    server.name,
+                    lookup.key,
+                    verdict.result,
+                    event_stream,
+                    ttl,
+                    server.cache.effective_max_size,
+                    request.generation,
+                )
+        if verdict.reason is not None:
+            storage.metrics.not_stored.labels(server.name, verdict.reason).inc()
+        return verdict
+
+
+def _outcome(status: int, capture: ResponseCapture, verdict: Verdict) -> Outcome:
+    """The followers' answer, from the leader's answer as judged so far."""
+    share = answers.follower_share(status, verdict, capture.final_seen, capture.final is not None)
+    if share == "failed":
+        if status >= 500:
+            return Outcome("failed", upstream_status=status)
+        # A body that timed out is a timeout to the followers too (a 504, not a 502).
+        return Outcome("failed", failure=capture.failure or ENDED_EARLY)
+    if share == "alone" or capture.final is None:
+        return ALONE
+    final = capture.final
+    member = RESULT if "result" in final else ERROR
+    payload = orjson.dumps(final["result"] if "result" in final else final["error"])
+    return Outcome("answer", member, payload, capture.event_stream, verdict.reason)

@@ -1,0 +1,107 @@
+"""Forwarding what the cache does not answer: other methods, bypassed calls, GET streams
+and DELETEs. Nothing is stored; a request's answer is still followed, to end a stream
+that breaks before answering with an error the client sees, and to act on it: a write
+invalidates, a `tools/list` teaches read-only hints (`Following`, the exchange's
+observer here).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ..config import Server
+from ..edge.forwarded import ForwardedResponse, StreamedResponse
+from ..edge.incoming import Incoming
+from ..rules import answers, cache_status, policy
+from ..rules.capture import ResponseCapture
+from ..rules.headers import forward_headers, response_headers
+from ..rules.messages import Message, Verdict, method_label
+from ..upstream.client import UpstreamFailure
+from ..upstream.exchange import Exchanges, Outbound, failure_error
+from .invalidation import Invalidator
+
+FOLLOW_BOUND: Final = 1 << 20
+"""How much of a write's or a `tools/list`'s answer is decoded to see how it ended."""
+
+
+class Following:
+    """Watches a forwarded request's answer, and acts once it is known: a write tool's
+    answer that leaves open that it wrote drops what it invalidates; a `tools/list`
+    answer teaches the tools' hints."""
+
+    def __init__(
+        self,
+        invalidator: Invalidator,
+        server: Server,
+        plan: policy.Bypass,
+        message: Message | None,
+        event_stream: bool,
+        status: int,
+    ) -> None:
+        self._invalidator = invalidator
+        self._server = server
+        self._plan = plan
+        self._status = status
+        self._done = False
+        self.capture: ResponseCapture | None = None
+        self.follows = False
+        if message is not None and message.is_request:
+            self.follows = bool(plan.invalidates) or plan.learn_tools
+            bound = FOLLOW_BOUND if self.follows else 0
+            self.capture = ResponseCapture(message.id, event_stream, bound)
+
+    def judged(self, verdict: Verdict, event_stream: bool) -> Verdict:
+        plan, server = self._plan, self._server
+        if plan.invalidates:
+            if not self._done and answers.write_happened(verdict, self._status):
+                self._invalidator.tools(server.name, plan.invalidates, "write")
+            self._done = True
+        elif plan.learn_tools and self.capture is not None:
+            final = self.capture.final
+            if final is not None and "result" in final:
+                self._invalidator.hints.learn(server.name, final["result"])
+        return verdict
+
+
+async def pass_through(
+    exchanges: Exchanges,
+    invalidator: Invalidator,
+    via: str,
+    incoming: Incoming,
+    server: Server,
+    plan: policy.Bypass,
+    message: Message | None = None,
+    raw: bytes | None = None,
+) -> ForwardedResponse | StreamedResponse:
+    """Forward `incoming` (with its `message`, read from `raw`, for a POST) and relay."""
+    outbound = Outbound(
+        incoming.method,
+        forward_headers(incoming.raw_headers, via, json_body=raw is not None),
+        raw,
+        method_label(message.method if message is not None else None),
+        message.id if message is not None else None,
+        incoming.headers.get(policy.SESSION_HEADER),
+        # A GET is the server's long-lived event stream: no idle limit on it.
+        None if incoming.method == "GET" else server.timeout,
+        ticketed=message is not None and message.is_request,
+    )
+    exchange = exchanges.start(server, outbound)
+    try:
+        response = await exchange.open()
+    except UpstreamFailure as exc:
+        raise failure_error(server, exc, outbound.request_id) from exc
+    following = Following(
+        invalidator, server, plan, message, response.event_stream, response.status
+    )
+    relay = exchange.relay(response, following)
+    headers = response_headers(response.headers)
+    status = cache_status.forwarded(plan.fwd, plan.detail)
+    if not following.follows or response.event_stream:
+        return StreamedResponse(response.status, headers, status, relay.stream(b""))
+    # A JSON answer followed to its end: read it before the headers, so that what it
+    # invalidates is gone before the caller can ask again.
+    prefix = await relay.read_prefix()
+    if relay.done:
+        return ForwardedResponse(response.status, headers, status, prefix)
+    following.judged(Verdict("too_large"), False)  # cannot tell how it ended: assume it wrote
+    return StreamedResponse(response.status, headers, status, relay.stream(prefix))

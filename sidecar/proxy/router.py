@@ -1,0 +1,295 @@
+"""The caching proxy: one MCP request in, a cached or forwarded response out.
+
+The request path is a short chain of named steps: guard the listener, find the server,
+read and check the message, ask the policy, then answer from the cache (memory, then the
+Redis tier when there is one) or go upstream. The decisions live in `rules`; the reading
+in `edge.incoming`; every call upstream is one `upstream.exchange.Exchange`, which
+`passing` (forwarded as it is) and `fetching` (fetched for the cache) watch with their
+own observer; identical misses share one flight (`upstream.flights`).
+
+A cacheable miss always goes upstream in a flight, a task of its own: its client may go
+away without taking the answer from requests that wait for the same one, and a stale
+entry's background refresh is the same fetch with no client at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+
+from starlette.types import ASGIApp
+
+from ..cache.store import Entry, ResponseCache
+from ..config import Server, SidecarConfig
+from ..edge.errors import (
+    FORBIDDEN,
+    LOOP_DETECTED,
+    REQUEST_TOO_LARGE,
+    UNKNOWN_SERVER,
+    ProxyError,
+)
+from ..edge.forwarded import ForwardedResponse, StreamedResponse
+from ..edge.hit import HitResponse
+from ..edge.incoming import Incoming
+from ..edge.origin import OriginPolicy
+from ..metrics import Metrics
+from ..rules import answers, cache_status, policy
+from ..rules.messages import INVALID_REQUEST, Message, method_label
+from ..tiers.redis_tier import SharedTier
+from ..upstream.client import UpstreamClient
+from ..upstream.exchange import Exchanges, failure_error
+from ..upstream.flights import Coalescer, Flight
+from ..upstream.sessions import LegacySessions
+from .fetching import CacheableRequest, Fetch, Storage
+from .invalidation import Invalidator
+from .passing import pass_through
+
+logger = logging.getLogger("mcpcache.sidecar")
+
+
+class Proxy:
+    """Routes `/mcp/<server>` requests to the named upstream, answering from the cache
+    where the policy allows."""
+
+    def __init__(
+        self,
+        config: Callable[[], SidecarConfig],
+        cache: ResponseCache,
+        metrics: Metrics,
+        client: UpstreamClient,
+        origin_policy: OriginPolicy,
+        invalidator: Invalidator,
+        tier: SharedTier | None = None,
+    ) -> None:
+        self._config = config
+        self.cache = cache
+        self.metrics = metrics
+        self.client = client
+        self.origin_policy = origin_policy
+        self.invalidator = invalidator
+        self.hints = invalidator.hints
+        self.tier = tier
+        self.via_token = f"mcpcache-{secrets.token_hex(8)}"
+        """This sidecar's name in `Via`: a request that already carries it has looped."""
+        self.via = f"1.1 {self.via_token}"
+        self.sessions = LegacySessions(cache)
+        self.exchanges = Exchanges(client, metrics, self.sessions, invalidator.notice)
+        self.storage = Storage(cache, tier, invalidator, metrics)
+        self.coalescer = Coalescer()
+
+    async def aclose(self) -> None:
+        """End every upstream fetch still running (at shutdown)."""
+        await self.coalescer.aclose()
+
+    async def handle(self, incoming: Incoming, server_name: str) -> ASGIApp:
+        try:
+            return await self._handle(incoming, server_name)
+        except ProxyError as error:
+            return error.to_response()
+
+    async def _handle(self, incoming: Incoming, server_name: str) -> ASGIApp:
+        config = self._config()
+        server = self._route(incoming, config, server_name)
+        if incoming.method != "POST":
+            return await self._pass(incoming, server, policy.Bypass("method"))
+        raw = await incoming.read_body(config.max_request_bytes)
+        message = incoming.message(raw)
+        try:
+            plan = policy.plan(
+                server, message, incoming.headers, incoming.raw_headers, config.app_id, self.hints
+            )
+        except policy.RequestRefused as exc:
+            raise ProxyError(400, INVALID_REQUEST, str(exc), message.id) from exc
+        method = method_label(message.method)
+        if isinstance(plan, policy.Bypass):
+            if message.is_request:
+                self.metrics.count(server.name, method, "bypass")
+            return await self._pass(incoming, server, plan, message, raw)
+        entry = self.cache.get_fresh(plan.key)
+        if entry is not None:
+            self.metrics.count(server.name, method, "hit")
+            return HitResponse.of(entry, message.id, self.cache.timer())
+        generation = None
+        if self.tier is not None and not plan.session:
+            # Answers given inside a legacy session end with it: they stay in memory.
+            entry, generation = await self._tier_lookup(self.tier, config.app_id, server, plan)
+            if entry is not None:
+                self.metrics.count(server.name, method, "hit")
+                return HitResponse.of(entry, message.id, self.cache.timer(), from_tier=True)
+        extra = policy.extra_keyed_headers(server, plan.keyed)
+        if extra:
+            self.metrics.count_keyed_headers(server.name, extra)
+        request = CacheableRequest(
+            incoming, server, message, raw, plan, method, config.app_id, generation
+        )
+        return await self._miss(request)
+
+    async def _tier_lookup(
+        self, tier: SharedTier, app_id: str, server: Server, plan: policy.Lookup
+    ) -> tuple[Entry | None, bytes | None]:
+        """The Redis tier's entry for this lookup (verified there), copied into memory
+        for the rest of its life, as long as its own policy allows (a tool rule's TTL
+        included) and never longer than Redis says is left; None on a miss or when Redis
+        is out of reach. With it, the server's generation in the tier as the lookup read
+        it (None: unknown), under which an answer fetched now is written there.
+
+        The copy is filed under the lookup's scope, as an answer fetched here would be,
+        so that every removal (a purge, a write's invalidation, a notification) finds
+        it; an entry read while entries of the server were being removed is not used."""
+        epoch = self.invalidator.epoch(server.name)
+        found = await tier.get(
+            app_id, server.name, plan.key, server.cache.effective_max_size, plan.ttl
+        )
+        if self.invalidator.epoch(server.name) != epoch:
+            return None, None
+        value, remaining = found.entry, found.remaining
+        if value is None:
+            return None, found.generation
+        age = max(0.0, tier.clock() - value.stored_at)
+        entry = self.cache.store(
+            plan.key,
+            value.result,
+            value.event_stream,
+            remaining,
+            keep_stale=server.cache.keep_stale,
+            ttl_at=value.ttl_at,
+            age=age,
+            scope=plan.scope,
+        )
+        if entry is None:  # larger than the whole memory budget: served, not kept
+            now = self.cache.timer()
+            entry = Entry(
+                value.result, value.event_stream, now - age, now + remaining, ttl_at=value.ttl_at
+            )
+        return entry, found.generation
+
+    def _route(self, incoming: Incoming, config: SidecarConfig, server_name: str) -> Server:
+        """The listener's guards, then the named server."""
+        if (problem := self.origin_policy.refusal(incoming.headers)) is not None:
+            raise ProxyError(403, FORBIDDEN, problem)
+        if self.via_token in incoming.headers.get("via", ""):
+            raise ProxyError(
+                508, LOOP_DETECTED, "request already passed through this sidecar (a loop)"
+            )
+        if incoming.header_bytes > config.max_header_bytes:
+            raise ProxyError(
+                431,
+                REQUEST_TOO_LARGE,
+                f"request headers exceed the limit of {config.max_header_bytes} bytes",
+            )
+        server = config.server(server_name)
+        if server is None:
+            raise ProxyError(
+                404,
+                UNKNOWN_SERVER,
+                f"unknown MCP server {server_name!r}",
+                data={"server": server_name},
+            )
+        return server
+
+    async def _miss(self, request: CacheableRequest) -> ASGIApp:
+        """A cacheable request the cache cannot answer fresh: answer from a stale entry
+        while it is fetched again, wait for an identical request already upstream, or
+        go upstream."""
+        key, server = request.key, request.server
+        now = self.cache.timer()
+        stale = self.cache.get_stale(key)
+        if stale is not None and answers.stale_while_revalidating(server, stale.expires_at, now):
+            if not self.coalescer.running(key):
+                self.coalescer.start(
+                    key,
+                    self._fetch(request),
+                    leader=False,
+                    joinable=True,
+                    keep_going=True,
+                )
+            self.metrics.count(server.name, request.method, "stale")
+            return HitResponse.stale(
+                stale, request.message.id, now, cache_status.STALE_WHILE_REVALIDATE
+            )
+        flight = self.coalescer.joinable(key)
+        if flight is not None:
+            return await self._follow(request, flight)
+        # A flight with no room left keeps its followers; this request goes on its own.
+        return await self._lead(request, joinable=not self.coalescer.running(key))
+
+    async def _lead(self, request: CacheableRequest, joinable: bool) -> ASGIApp:
+        """Go upstream in a flight of this request's own, reading its bytes as they come."""
+        server, method = request.server, request.method
+        flight = self.coalescer.start(
+            request.key,
+            self._fetch(request),
+            leader=True,
+            joinable=joinable,
+        )
+        try:
+            head = await flight.head()
+        except BaseException:
+            flight.detach_leader()
+            raise
+        if head.failure is not None or head.status >= 500:
+            stale = self._stale_on_error(request)
+            if stale is not None or head.failure is not None:
+                flight.detach_leader()
+            if stale is not None:
+                self.metrics.count(server.name, method, "stale")
+                status = cache_status.stale_if_error(head.status or None)
+                return HitResponse.stale(stale, request.message.id, self.cache.timer(), status)
+            if head.failure is not None:
+                self.metrics.count(server.name, method, "miss")
+                raise failure_error(server, head.failure, request.message.id)
+        self.metrics.count(server.name, method, "miss")
+        if head.complete:
+            flight.detach_leader()
+            return ForwardedResponse(head.status, head.headers, head.cache_status, head.prefix)
+        body = flight.leader_body(head.prefix)
+        return StreamedResponse(head.status, head.headers, head.cache_status, body)
+
+    async def _follow(self, request: CacheableRequest, flight: Flight) -> ASGIApp:
+        """Wait for an identical request's answer; take it under this request's own id."""
+        server, method, request_id = request.server, request.method, request.message.id
+        outcome = await flight.wait_as_follower(server.timeout)
+        if outcome is None:  # the flight is stuck: do not wait on it any longer
+            return await self._lead(request, joinable=False)
+        if outcome.kind == "answer":
+            self.metrics.count(server.name, method, "collapsed")
+            detail = cache_status.detail(outcome.reason) if outcome.reason else None
+            status = cache_status.forwarded("miss", detail, collapsed=True)
+            return HitResponse.collapsed(
+                request_id, outcome.payload, outcome.event_stream, status, outcome.member
+            )
+        if outcome.kind == "failed":
+            stale = self._stale_on_error(request)
+            if stale is not None:
+                self.metrics.count(server.name, method, "stale")
+                status = cache_status.stale_if_error(outcome.upstream_status)
+                return HitResponse.stale(stale, request_id, self.cache.timer(), status)
+            if outcome.failure is not None:
+                self.metrics.count(server.name, method, "collapsed")
+                raise failure_error(server, outcome.failure, request_id)
+        return await self._lead(request, joinable=False)
+
+    async def _pass(
+        self,
+        incoming: Incoming,
+        server: Server,
+        plan: policy.Bypass,
+        message: Message | None = None,
+        raw: bytes | None = None,
+    ) -> ForwardedResponse | StreamedResponse:
+        return await pass_through(
+            self.exchanges, self.invalidator, self.via, incoming, server, plan, message, raw
+        )
+
+    def _fetch(self, request: CacheableRequest) -> Callable[[Flight], Awaitable[None]]:
+        """The flight's task for `request`: its own fetch, with its own credentials."""
+        return Fetch(self.exchanges, self.storage, request, self.via).run
+
+    def _stale_on_error(self, request: CacheableRequest) -> Entry | None:
+        entry = self.cache.get_stale(request.key)
+        if entry is None:
+            return None
+        if not answers.stale_on_error(request.server, entry.expires_at, self.cache.timer()):
+            return None
+        return entry

@@ -1,13 +1,18 @@
-"""A small asynchronous Kubernetes API client for the operator's own reads and writes.
+"""The operator's own client for what it sends the API itself: its writes (ConfigMaps,
+statuses, events, the Lease) and its own reads (listings, the ConfigMap watch).
 
-The operator lists and watches MCPServers and its ConfigMaps, and writes ConfigMaps,
-statuses, events and its Lease, through this client (kopf serves the webhook). The
-`kubernetes` package is synchronous: each call would take a thread from a small pool
-and most of a millisecond of CPU in its model layer. This client sends JSON over one
-pooled aiohttp session, on the event loop, with a timeout on every request, and counts
-what it sends (the operator's writes and reads to the API are a figure we benchmark).
-Credentials come from the `kubernetes` package's configuration loaders: in a pod the
-service-account token (re-read as the kubelet rotates it), elsewhere a kubeconfig.
+Our own rather than the `kubernetes` package, which the product otherwise uses (for its
+credentials, and kopf's login): that package is synchronous, so each call takes a thread
+from a pool, and its model layer costs CPU on every call. Measured with
+`bash benchmarks/operator_client.sh 1000` (a status merge patch, 16 at a time, on the
+test control plane): 0.89 ms of CPU per call with the package, 0.52 ms with this client.
+A run of 10,000 MCPServers sends about 15,000 writes: the package would add about half a
+millisecond per MCPServer, a fifth of the operator's whole budget. This client sends
+JSON over one pooled aiohttp session, on the event loop, with a timeout on every
+request, and counts what it sends (the operator's writes and reads are a figure we
+benchmark). Credentials come from the `kubernetes` package's configuration loaders: in
+a pod the service-account token (re-read as the kubelet rotates it), elsewhere a
+kubeconfig.
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ from prometheus_client import start_http_server
 
 from mcpcache.sidecar.logs import configure_logging
 
-from .handlers import INJECT_HANDLER_ID, build_registry
 from .health import HealthServer
 from .kube import mcpservers
 from .kube.api import KubeAPI, load_configuration
@@ -28,6 +27,7 @@ from .reconcile import Reconciler
 from .scheduling import NamespaceQueue
 from .settings import OperatorSettings
 from .state import ClusterState
+from .webhook import INJECT_HANDLER_ID, build_registry
 
 logger = logging.getLogger("mcpcache.operator")
 

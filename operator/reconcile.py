@@ -36,7 +36,7 @@ from .crd import API_VERSION, COLLECTION, RESOURCE_KIND, RESOURCE_PLURAL
 from .kube.api import MERGE_PATCH, ApiError, KubeAPI
 from .metrics import OperatorMetrics
 from .records import ConfigMapRecord, ServerRecord
-from .resource import Effective, effective_server
+from .resource import ResolvedServer, resolve_server
 from .status import desired_status, same_status, status_events
 
 Warn = Callable[..., None]
@@ -104,7 +104,7 @@ class Reconciler:
         self.fence = fence
         self.view: ClusterView | None = None
         self._seen: dict[tuple[str, str], tuple[Any, ...]] = {}
-        self._effective: dict[tuple[str, str], tuple[tuple[Any, ...], Effective]] = {}
+        self._effective: dict[tuple[str, str], tuple[tuple[Any, ...], ResolvedServer]] = {}
         self._rendered: dict[str, _Rendered] = {}
         self._written: dict[str, ConfigMapRecord] = {}
         """The ConfigMaps as this replica last wrote them, until the watch catches up."""
@@ -171,19 +171,19 @@ class Reconciler:
         self.metrics.clamped.labels(namespace).set(result.clamped)
         return result
 
-    def _effective_of(self, namespace: str, record: ServerRecord) -> Effective:
+    def _effective_of(self, namespace: str, record: ServerRecord) -> ResolvedServer:
         key = (namespace, record.name)
         cached = self._effective.get(key)
         if cached is not None and cached[0] == record.inputs:
             return cached[1]
-        effective = effective_server(record.name, record.spec, record.annotations)
+        effective = resolve_server(record.name, record.spec, record.annotations)
         self._effective[key] = (record.inputs, effective)
         return effective
 
     def _render(
         self,
         namespace: str,
-        plans: list[tuple[ServerRecord, Effective]],
+        plans: list[tuple[ServerRecord, ResolvedServer]],
         servers: list[Server],
     ) -> _Rendered:
         key = tuple(record.inputs for record, _ in plans)
@@ -254,12 +254,12 @@ class Reconciler:
         )
         return "reverted"
 
-    def _desired_status(self, record: ServerRecord, effective: Effective) -> dict[str, Any]:
+    def _desired_status(self, record: ServerRecord, effective: ResolvedServer) -> dict[str, Any]:
         status: dict[str, Any] = desired_status(effective, record.generation, record.status)
         return status
 
     async def _write_status(
-        self, namespace: str, record: ServerRecord, effective: Effective
+        self, namespace: str, record: ServerRecord, effective: ResolvedServer
     ) -> bool:
         current = record.status
         desired = self._desired_status(record, effective)

@@ -9,7 +9,7 @@ from typing import Any
 from mcpcache.sidecar.config import ServerCache, ToolRule
 from mcpcache.sidecar.config.units import format_duration, format_quantity
 
-from .resource import Effective, ceiling_text
+from .resource import ResolvedServer, ceiling_text
 
 
 def _now() -> str:
@@ -74,7 +74,7 @@ def effective_tools(cache: ServerCache) -> list[dict[str, Any]]:
 
 
 def desired_status(
-    effective: Effective, generation: int, current: Mapping[str, Any] | None
+    effective: ResolvedServer, generation: int, current: Mapping[str, Any] | None
 ) -> dict[str, Any]:
     """The status to write, keeping transition times of conditions that did not flip."""
     previous = {c.get("type"): c for c in (current or {}).get("conditions", [])}
@@ -163,7 +163,7 @@ def status_events(
     current: Mapping[str, Any],
     desired: Mapping[str, Any],
     generation: int,
-    effective: Effective,
+    effective: ResolvedServer,
     namespace: str,
 ) -> list[tuple[str, str, str]]:
     """The events (type, reason, message) that writing `desired` over `current` calls

@@ -1,0 +1,2 @@
+"""The process: the two listeners and what they serve, the admin endpoints, following
+the config file, allocator settings."""

@@ -1,0 +1,1 @@
+"""The response cache in memory: pure (no I/O), on cachetools."""

@@ -1,0 +1,2 @@
+"""The HTTP edge: one request read, answers sent as plain ASGI callables, the listener's
+guards and timeouts."""

@@ -37,7 +37,7 @@ TESTS=(
   sidecar/test_event_bounds.py sidecar/test_store_rules.py sidecar/test_config_tiers.py
   sidecar/test_session_ids.py sidecar/test_hints_and_notices.py sidecar/test_flights.py
   sidecar/test_invalidation.py sidecar/test_tier_values.py sidecar/test_admin_requests.py
-  operator/test_resource_rules.py operator/test_injection_rules.py
+  operator/test_resource_rules.py operator/test_status_rules.py operator/test_injection_rules.py
 )
 
 fresh=0

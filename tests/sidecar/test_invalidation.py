@@ -4,6 +4,10 @@ and reported to the shared tier; and that only a changed purge marker purges."""
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from mcpcache.sidecar.cache.store import ResponseCache, Scope
 from mcpcache.sidecar.config import parse_config
 from mcpcache.sidecar.metrics import Metrics
@@ -147,3 +151,15 @@ def test_a_server_at_a_new_url_starts_with_no_hints() -> None:
     setup.invalidator.follow_config(parse_config(config(None, "http://127.0.0.1:2/mcp")))
     assert not setup.hints.read_only("s", "t")
     assert setup.left() == set(SCOPES), "its entries are keyed by server name; a purge is explicit"
+
+
+def test_a_purge_by_marker_is_logged_with_its_server_and_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    setup = Setup()
+    setup.invalidator.follow_config(parse_config(config("one")))
+    with caplog.at_level(logging.INFO, logger="mcpcache.sidecar"):
+        setup.invalidator.follow_config(parse_config(config("two")))
+    (record,) = [r for r in caplog.records if r.name == "mcpcache.sidecar"]
+    assert record.getMessage() == "purge marker changed; entries dropped"
+    assert (record.server, record.removed) == ("s", 9)  # type: ignore[attr-defined]

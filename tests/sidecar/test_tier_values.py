@@ -123,7 +123,7 @@ def test_an_app_id_cannot_reach_out_of_its_prefix() -> None:
     shared = tier()
     prefix = shared.app_prefix("a:b*?[x]@/ c")
     assert prefix == "mcpcache:agents:a%3Ab%2A%3F%5Bx%5D%40%2F%20c:"
-    assert shared.generation_key("a:b", "s") == "mcpcache:agents:@generation:a%3Ab:s"
+    assert shared.generation_key("a:b/c", "s") == "mcpcache:agents:@generation:a%3Ab%2Fc:s"
     assert not shared.generation_key("x", "s").startswith(shared.app_prefix("@generation"))
 
 
@@ -157,6 +157,14 @@ def test_the_breaker_opens_after_failures_in_a_row_and_a_probe_closes_it() -> No
     breaker.success()
     assert breaker.state == "closed"
     assert changes == ["open", "half_open", "closed"]
+
+
+def test_a_new_breaker_counts_failures_from_none() -> None:
+    breaker = Breaker(5.0, failures=2, clock=Clock())
+    breaker.failure()
+    assert breaker.state == "closed"
+    breaker.failure()
+    assert breaker.state == "open"
 
 
 def test_a_failed_probe_opens_the_breaker_again_at_once() -> None:

@@ -10,11 +10,15 @@ COPY sidecar/ sidecar/
 COPY operator/ operator/
 # Exactly the versions of requirements/image.txt, each file checked against its hash;
 # then mcpcache itself, built with the locked setuptools. Wheels only: nothing is
-# compiled, so no compiler is needed in either stage.
+# compiled, so no compiler is needed in either stage. The bytecode is compiled here, once,
+# hash-based (the same bytes on every build) and unchecked (read without comparing it to
+# the source): without it every sidecar would compile all it imports at each start, which
+# costs start-up time and about 15 MiB more resident memory in every agent pod.
 RUN python -m venv /opt/mcpcache \
-    && /opt/mcpcache/bin/pip install --only-binary=:all: --require-hashes -r requirements.txt \
-    && /opt/mcpcache/bin/pip install --no-deps --no-build-isolation --no-binary=mcpcache . \
-    && find /opt/mcpcache -name '__pycache__' -type d -prune -exec rm -rf {} +
+    && /opt/mcpcache/bin/pip install --no-compile --only-binary=:all: --require-hashes -r requirements.txt \
+    && /opt/mcpcache/bin/pip install --no-compile --no-deps --no-build-isolation --no-binary=mcpcache . \
+    && find /opt/mcpcache -name '__pycache__' -type d -prune -exec rm -rf {} + \
+    && /opt/mcpcache/bin/python -m compileall -q -j 0 --invalidation-mode unchecked-hash /opt/mcpcache/lib
 
 FROM python:3.11.14-slim-bookworm
 ENV PATH=/opt/mcpcache/bin:$PATH \

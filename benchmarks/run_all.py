@@ -327,7 +327,7 @@ def bench_miss(calls: int) -> dict[str, Any]:
     and vs the bare forwarder (the least a proxy on this stack adds), interleaved."""
     with (
         upstream(core=LOAD_CORE) as up,
-        sidecar(up) as (proxy, _, _),
+        sidecar(up) as (proxy, _, proxy_pid),
         forwarder(up) as bare,
         httpx.Client() as http,
     ):
@@ -337,13 +337,24 @@ def bench_miss(calls: int) -> dict[str, Any]:
         direct: list[float] = []
         through: list[float] = []
         forwarded: list[float] = []
+        cpu = {
+            name: psutil.Process(pid) for name, pid in (("sidecar", proxy_pid), ("bare", bare.pid))
+        }
+        cpu_before = {name: sum(process.cpu_times()[:2]) for name, process in cpu.items()}
         for _ in range(calls):
             key = uuid.uuid4().hex
             direct += sequential_ms(http, up, [body("payload", {"key": key})], "payload")
             through += sequential_ms(http, proxy, [body("payload", {"key": key + "x"})], "payload")
             forwarded += sequential_ms(http, bare, [body("payload", {"key": key + "y"})], "payload")
+        cpu_ms = {
+            name: (sum(process.cpu_times()[:2]) - cpu_before[name]) * 1000 / calls
+            for name, process in cpu.items()
+        }
     return {
         "calls": calls,
+        "sidecar_cpu_ms_per_miss": cpu_ms["sidecar"],
+        "forwarder_cpu_ms_per_miss": cpu_ms["bare"],
+        "cpu_ratio_to_forwarder": cpu_ms["sidecar"] / cpu_ms["bare"],
         "direct_p50_ms": p(direct, 50),
         "sidecar_miss_p50_ms": p(through, 50),
         "forwarder_p50_ms": p(forwarded, 50),

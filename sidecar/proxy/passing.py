@@ -56,7 +56,8 @@ class Following:
             if not self._done and answers.write_happened(verdict, self._status):
                 self._invalidator.tools(server.name, plan.invalidates, "write")
             self._done = True
-        elif plan.learn_tools and self.capture is not None:
+        elif plan.learn_tools:
+            assert self.capture is not None  # follows only with a capture
             final = self.capture.final
             if final is not None and "result" in final:
                 self._invalidator.hints.learn(server.name, final["result"])
@@ -100,7 +101,10 @@ async def pass_through(
         return StreamedResponse(response.status, headers, status, relay.stream(b""))
     # A JSON answer followed to its end: read it before the headers, so that what it
     # invalidates is gone before the caller can ask again.
-    prefix = await relay.read_prefix()
+    try:
+        prefix = await relay.read_prefix()
+    except UpstreamFailure as exc:
+        raise failure_error(server, exc, outbound.request_id) from exc
     if relay.done:
         return ForwardedResponse(response.status, headers, status, prefix)
     following.judged(Verdict("too_large"), False)  # cannot tell how it ended: assume it wrote

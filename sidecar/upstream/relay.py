@@ -70,7 +70,8 @@ class Relay:
 
     async def read_prefix(self) -> bytes:
         """Read a JSON body until it ends or outgrows the cap (then the rest streams).
-        A body that breaks off raises `UpstreamFailure`, the response already closed."""
+        A body that breaks off raises `UpstreamFailure`, the response already closed; a
+        read cancelled midway closes it too, and ends the call as unanswered."""
         assert self.capture is not None
         parts: list[bytes] = []
         try:
@@ -79,8 +80,11 @@ class Relay:
                 parts.append(chunk)
                 if self.capture.too_large:
                     return b"".join(parts)
-        except UpstreamFailure as exc:
-            await self._close(exc)
+        except BaseException as exc:
+            # Shielded: a cancelled read must still release the socket, end the id's
+            # ticket and tell the observer that the answer never came.
+            with anyio.CancelScope(shield=True):
+                await self._close(exc)
             raise
         await self._close(None)
         return b"".join(parts)

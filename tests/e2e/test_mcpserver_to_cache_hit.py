@@ -196,5 +196,12 @@ async def test_a_purge_annotation_empties_the_servers_entries_in_a_running_sidec
         "the purge in status",
     )
     assert status["effectiveTools"][0]["invalidates"] == ["get_*"]
-    events = core.list_namespaced_event(namespace).items
-    assert any(e.reason == "PurgePropagated" and stamp in e.message for e in events)
+    # The event is posted beside the status, not before it: wait for it too.
+    wait_until(
+        lambda: any(
+            e.reason == "PurgePropagated" and stamp in e.message
+            for e in core.list_namespaced_event(namespace).items
+        ),
+        30,
+        "the PurgePropagated event",
+    )

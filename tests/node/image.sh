@@ -39,6 +39,7 @@ peers_key=$({ echo "$app_key"; cd "$root" && sha256sum requirements/peers.txt te
 pause_key=$(sha256sum "$pause_bin" | cut -c1-16)
 out="$cache/$app_key-$peers_key-$pause_key"
 if [ -f "$out/names" ]; then
+  touch "$out"
   echo "images: reusing $out" >&2
   echo "$out"
   exit 0
@@ -110,7 +111,10 @@ if [ ! -f "$out/names" ]; then
   rm -rf "$out"
   mv -T "$tmp/out" "$out"
 fi
+# Older builds go, but the two most recent besides this one stay: another checkout's
+# tests may be importing them right now.
+touch "$out"
 find "$cache" -mindepth 1 -maxdepth 1 -type d ! -name storage ! -name run ! -name '.build-*' \
-  ! -name "$(basename "$out")" -exec rm -rf {} +
+  -printf '%T@ %p\n' | sort -rn | tail -n +4 | cut -d' ' -f2- | xargs -r rm -rf
 echo "images: built in $(($(date +%s) - start))s" >&2
 echo "$out"

@@ -185,3 +185,22 @@ async def test_followers_of_a_leader_whose_stream_broke_get_an_error_not_a_short
     assert answer.status_code == 502
     assert answer.json()["error"]["code"] == -32001
     await asyncio.wait_for(leading, 10)
+
+
+def test_a_write_whose_json_answer_breaks_off_gets_a_json_rpc_error_not_a_plain_500(
+    make_sidecar, faulty
+) -> None:
+    # A write's answer is read whole before its headers (to invalidate first): when it
+    # breaks off there, the caller gets the 502 every other path gives.
+    rule = {"name": "t", "enabled": False, "invalidates": ["*"]}
+    server = {
+        "name": "s",
+        "url": faulty.url("cut-json"),
+        "cache": {"enabled": True, "tools": [rule]},
+    }
+    sidecar: RunningSidecar = make_sidecar({"servers": [server]})
+    received = raw_exchange(sidecar)
+    assert received.startswith(b"HTTP/1.1 502"), received[:200]
+    assert b'"error"' in received, received[-300:]
+    assert b'"id":1' in received
+    assert sidecar.sample("mcpcache_upstream_errors_total", server="s", kind="broken") == 1

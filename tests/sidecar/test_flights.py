@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
@@ -134,7 +135,7 @@ async def test_the_leaders_body_is_the_prefix_then_the_chunks_and_ends_broken_if
     broken.break_off()
     broken.end()
     received: list[bytes] = []
-    with pytest.raises(BrokenBody):
+    with pytest.raises(BrokenBody, match=r"^the upstream's body broke off$"):
         await read_into(broken.leader_body(b""), received)
     assert received == [b"1"]
 
@@ -245,26 +246,74 @@ async def test_a_settled_flight_leaves_the_registry_but_a_newer_one_of_its_key_s
     assert not flights.running("k")
 
 
-async def test_a_fetch_that_raises_ends_its_flight_and_shutdown_cancels_the_rest() -> None:
+async def test_a_fetch_that_raises_ends_its_flight_and_shutdown_cancels_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     flights = Coalescer()
     cancelled = asyncio.Event()
 
     async def failing(flight: Flight) -> None:
         raise RuntimeError("bug")
 
+    hanging_started: list[str] = []
+
     async def hanging(flight: Flight) -> None:
+        hanging_started.append(flight.key)
         try:
             await asyncio.Event().wait()
         finally:
             cancelled.set()
 
-    broken = flights.start("a", failing, leader=False, joinable=True, keep_going=True)
-    await asyncio.wait_for(broken.task, 5)
+    with caplog.at_level(logging.ERROR, logger="mcpcache.sidecar"):
+        broken = flights.start("a", failing, leader=False, joinable=True, keep_going=True)
+        await asyncio.wait_for(broken.task, 5)
     assert broken.outcome == Outcome("failed", failure=ENDED_EARLY)
+    (record,) = [r for r in caplog.records if r.name == "mcpcache.sidecar"]
+    assert record.getMessage() == "upstream fetch failed"
+    assert record.exc_info is not None
     flights.start("b", hanging, leader=False, joinable=True, keep_going=True)
     flights.start("c", hanging, leader=False, joinable=True, keep_going=True)
     await async_wait_until(lambda: len(flights) == 2, what="the first task to end")
-    await asyncio.wait_for(flights.aclose(), 5)
+    await async_wait_until(lambda: len(hanging_started) == 2, what="the others to start")
+    async with asyncio.timeout(5):  # in this task: aclose itself must wait for them
+        await flights.aclose()
     assert cancelled.is_set()
     assert len(flights) == 0
     assert flights.waiting() == 0
+
+
+@pytest.mark.parametrize("joinable", [True, False], ids=["joinable", "alone"])
+async def test_the_leader_reads_what_its_fetch_delivers(joinable: bool) -> None:
+    flights = Coalescer()
+
+    async def fetch(flight: Flight) -> None:
+        flight.open_head(Head(status=200))
+        await flight.deliver(b"a")
+        await flight.deliver(b"b")
+
+    one = flights.start("k", fetch, leader=True, joinable=joinable)
+    assert (await asyncio.wait_for(one.head(), 5)).status == 200
+    received: list[bytes] = []
+    await asyncio.wait_for(read_into(one.leader_body(b""), received), 5)
+    assert received == [b"a", b"b"]
+
+
+@pytest.mark.parametrize("joinable", [True, False], ids=["joinable", "alone"])
+async def test_a_background_refresh_outlives_its_leader_and_followers(joinable: bool) -> None:
+    flights = Coalescer()
+    release = asyncio.Event()
+    finished = asyncio.Event()
+
+    async def fetch(flight: Flight) -> None:
+        await release.wait()
+        finished.set()
+
+    one = flights.start("k", fetch, leader=True, joinable=joinable, keep_going=True)
+    follower = asyncio.ensure_future(one.wait_as_follower(60))
+    await async_wait_until(lambda: one.followers == 1, what="the follower")
+    follower.cancel()
+    one.detach_leader()
+    await async_wait_until(lambda: one.followers == 0, what="the follower to leave")
+    assert not one.abandoned
+    release.set()
+    await asyncio.wait_for(finished.wait(), 5)

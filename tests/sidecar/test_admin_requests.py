@@ -20,25 +20,29 @@ from mcpcache.sidecar.metrics import Metrics
 from mcpcache.sidecar.proxy.invalidation import Invalidator
 from mcpcache.sidecar.rules.hints import ToolHints
 from mcpcache.sidecar.rules.messages import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
+from peers.clock import Clock
 
 CONFIG = parse_config(
     "servers: [{name: docs, url: 'http://127.0.0.1:1/mcp'}, {name: idle, url: 'http://127.0.0.1:1/mcp'}]"
 )
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+NO_ENTRIES = {
+    "entries": 0,
+    "bytes": 0,
+    "hits": 0,
+    "misses": 0,
+    "tools": {},
+    "resources": {"entries": 0, "bytes": 0},
+    "lists": {"entries": 0, "bytes": 0},
+}
+"""A server's stats with nothing live and nothing asked of it."""
 
 
 class Sidecar:
     """What the admin endpoints steer: a cache with entries of two servers, metrics."""
 
     def __init__(self) -> None:
-        self.clock = Clock()
+        self.clock = Clock(100.0)
         self.cache = ResponseCache(100, 10_000, self.clock)
         self.metrics = Metrics()
         self.invalidator = Invalidator(self.cache, self.metrics, ToolHints())
@@ -121,24 +125,8 @@ async def test_stats_count_live_entries_per_server_and_tool() -> None:
                 "resources": {"entries": 1, "bytes": sidecar.cache.get("r1").size},
                 "lists": {"entries": 1, "bytes": sidecar.cache.get("l1").size},
             },
-            "idle": {
-                "entries": 0,
-                "bytes": 0,
-                "hits": 0,
-                "misses": 0,
-                "tools": {},
-                "resources": {"entries": 0, "bytes": 0},
-                "lists": {"entries": 0, "bytes": 0},
-            },
-            "old": {
-                "entries": 0,
-                "bytes": 0,
-                "hits": 0,
-                "misses": 0,
-                "tools": {},
-                "resources": {"entries": 0, "bytes": 0},
-                "lists": {"entries": 0, "bytes": 0},
-            },
+            "idle": NO_ENTRIES,
+            "old": NO_ENTRIES,
         },
     }
     live = sum(sidecar.cache.get(k).size for k in ("s1", "s2", "g1", "r1", "l1"))

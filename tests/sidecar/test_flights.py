@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -82,6 +82,15 @@ async def test_a_background_refresh_runs_on_with_nobody_waiting() -> None:
 async def read_into(body: AsyncIterator[bytes], received: list[bytes]) -> None:
     async for chunk in body:
         received.append(chunk)
+
+
+def until(release: asyncio.Event) -> Callable[[Flight], Awaitable[None]]:
+    """A fetch that ends when the test releases it."""
+
+    async def fetch(flight: Flight) -> None:
+        await release.wait()
+
+    return fetch
 
 
 def flight(leader: bool = True, keep_going: bool = False) -> tuple[Flight, list[Flight]]:
@@ -216,10 +225,7 @@ async def test_the_last_waiter_leaving_cancels_the_fetch_once() -> None:
 async def test_a_flight_not_joinable_is_not_found_by_its_key() -> None:
     flights = Coalescer()
     release = asyncio.Event()
-
-    async def fetch(flight: Flight) -> None:
-        await release.wait()
-
+    fetch = until(release)
     one = flights.start("k", fetch, leader=False, joinable=False, keep_going=True)
     assert flights.joinable("k") is None
     assert not flights.running("k")
@@ -233,10 +239,7 @@ async def test_a_flight_not_joinable_is_not_found_by_its_key() -> None:
 async def test_a_settled_flight_leaves_the_registry_but_a_newer_one_of_its_key_stays() -> None:
     flights = Coalescer()
     release = asyncio.Event()
-
-    async def fetch(flight: Flight) -> None:
-        await release.wait()
-
+    fetch = until(release)
     first = flights.start("k", fetch, leader=False, joinable=True, keep_going=True)
     first.settle(ALONE)
     second = flights.start("k", fetch, leader=False, joinable=True, keep_going=True)

@@ -19,6 +19,7 @@ from mcpcache.sidecar.tiers.redis_tier import (
     decode,
     encode,
 )
+from peers.clock import Clock
 
 KEY = "a" * 64
 GENERATION = b"0123456789abcdef"
@@ -127,16 +128,8 @@ def test_an_app_id_cannot_reach_out_of_its_prefix() -> None:
     assert not shared.generation_key("x", "s").startswith(shared.app_prefix("@generation"))
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_breaker_opens_after_failures_in_a_row_and_a_probe_closes_it() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     changes: list[str] = []
     breaker = Breaker(10.0, failures=3, clock=clock, on_change=changes.append)
     breaker.failure()
@@ -160,7 +153,7 @@ def test_the_breaker_opens_after_failures_in_a_row_and_a_probe_closes_it() -> No
 
 
 def test_a_new_breaker_counts_failures_from_none() -> None:
-    breaker = Breaker(5.0, failures=2, clock=Clock())
+    breaker = Breaker(5.0, failures=2, clock=Clock(1000.0))
     breaker.failure()
     assert breaker.state == "closed"
     breaker.failure()
@@ -168,7 +161,7 @@ def test_a_new_breaker_counts_failures_from_none() -> None:
 
 
 def test_a_failed_probe_opens_the_breaker_again_at_once() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     breaker = Breaker(5.0, failures=2, clock=clock)
     breaker.failure()
     breaker.failure()
@@ -183,7 +176,7 @@ def test_a_failed_probe_opens_the_breaker_again_at_once() -> None:
 
 
 def test_a_probe_that_never_reports_back_lets_another_probe_after_a_pause() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     breaker = Breaker(5.0, failures=1, clock=clock)
     breaker.failure()
     clock.now += 5

@@ -320,3 +320,19 @@ async def test_a_background_refresh_outlives_its_leader_and_followers(joinable: 
     assert not one.abandoned
     release.set()
     await asyncio.wait_for(finished.wait(), 5)
+
+
+async def test_shutdown_right_after_a_fetch_starts_waits_for_it_quietly() -> None:
+    """A fetch cancelled before its task first ran ends cancelled, not in `_run`: the
+    shutdown still waits for it without failing."""
+    flights = Coalescer()
+    started: list[Flight] = []
+
+    async def fetch(flight: Flight) -> None:
+        started.append(flight)
+
+    flights.start("k", fetch, leader=False, joinable=True)
+    async with asyncio.timeout(5):
+        await flights.aclose()
+    assert started == []
+    assert len(flights) == 0

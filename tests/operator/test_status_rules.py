@@ -214,3 +214,22 @@ def test_statuses_differ_in_anything_but_transition_times() -> None:
     assert not same_status(None, first)
     assert same_status({}, {}) is True
     assert same_status(None, {})
+
+
+def test_every_condition_keeps_its_transition_time_while_it_holds() -> None:
+    valid = desired_status(effective_server("docs", SPEC), 1, None)
+    then = {**valid, "conditions": [{**c, "lastTransitionTime": THEN} for c in valid["conditions"]]}
+    again = desired_status(effective_server("docs", SPEC), 2, then)
+    assert [c["lastTransitionTime"] for c in again["conditions"]] == [THEN, THEN, THEN]
+    invalid = effective_server("docs", {})
+    current = {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": THEN}]}
+    (ready,) = desired_status(invalid, 2, current)["conditions"]
+    assert ready["lastTransitionTime"] == THEN
+
+
+def test_statuses_that_differ_in_a_condition_are_not_the_same() -> None:
+    first = desired_status(effective_server("docs", SPEC), 1, None)
+    other = {**first, "conditions": [{**first["conditions"][0], "message": "else"}]}
+    assert not same_status(first, other)
+    assert same_status({"observedGeneration": 1}, {"observedGeneration": 1})
+    assert not same_status({"observedGeneration": 1}, {"observedGeneration": 1, "conditions": [{}]})

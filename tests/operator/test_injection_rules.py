@@ -350,3 +350,12 @@ def test_a_pod_without_containers_or_volumes_still_gets_the_sidecar() -> None:
     assert plan["containers"] == []
     assert [c["name"] for c in plan["initContainers"]] == ["mcpcache"]
     assert [v["name"] for v in plan["volumes"]] == ["mcpcache-config", "mcpcache-no-token"]
+
+
+def test_a_host_network_pod_is_told_what_to_do_instead() -> None:
+    with pytest.raises(InjectionRefused) as refused:
+        plan_injection(pod(hostNetwork=True), SETTINGS)
+    assert str(refused.value) == (
+        "the pod uses hostNetwork, so the sidecar's listeners would be on the node's "
+        "network; run the agent without hostNetwork, or remove the mcpcache.io/inject label"
+    )

@@ -59,7 +59,14 @@ def effective_tools(cache: ServerCache) -> list[dict[str, Any]]:
         if rule.ignore_arguments:
             item["ignoreArguments"] = list(rule.ignore_arguments)
         if rule.invalidates:
-            item["invalidates"] = list(rule.invalidates)
+            item["invalidates"] = [
+                entry if isinstance(entry, str) else entry.model_dump(mode="json")
+                for entry in rule.invalidates
+            ]
+        if rule.skip_if:
+            item["skipIf"] = {name: list(values) for name, values in rule.skip_if.items()}
+        if rule.scope == "public":
+            item["scope"] = rule.scope
         if id(rule) in hidden:
             item["shadowedBy"] = hidden[id(rule)]
         rules.append(item)

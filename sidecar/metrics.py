@@ -37,6 +37,14 @@ class Metrics:
             ["server", "method", "outcome"],
             registry=self.registry,
         )
+        self.bypasses = Counter(
+            "mcpcache_bypasses",
+            "Requests sent upstream without a lookup, by server and reason (method, "
+            "disabled, request_state, task, inexact_number, positional_params, tool_rule, "
+            "not_read_only, skip_if).",
+            ["server", "reason"],
+            registry=self.registry,
+        )
         self.not_stored = Counter(
             "mcpcache_not_stored",
             "Responses to cacheable calls that were not stored, by reason.",
@@ -135,6 +143,11 @@ class Metrics:
         if child is None:
             child = self._request_children[key] = self.requests.labels(*key)
         child.inc()
+
+    def count_bypass(self, server: str, method: str, reason: str) -> None:
+        """Count one request never looked up, as a request and by its reason."""
+        self.count(server, method, "bypass")
+        self.bypasses.labels(server, reason).inc()
 
     def observe_upstream(self, server: str, method: str, seconds: float) -> None:
         """One upstream call's duration; the labelled child is looked up once per pair."""

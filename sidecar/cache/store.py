@@ -25,13 +25,15 @@ EvictionReason = Literal["expired", "capacity", "purged"]
 
 
 class Scope(NamedTuple):
-    """What an entry answers, for removing entries on request: a server and one of the
-    tool called, the resource read or the list method asked. Never the caller."""
+    """What an entry answers, for removing entries: a server and the tool called (with
+    digests of arguments writes `match` on), the resource read or the list asked."""
 
     server: str
     tool: str | None = None
     uri: str | None = None
     listing: str | None = None
+    arguments: tuple[tuple[str, str], ...] = ()
+    public: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,11 +59,15 @@ from .model import (
     SidecarConfig,
 )
 from .servers import (
-    Names,
     Server,
     ServerCache,
+)
+from .tools import (
+    ArgumentMatch,
+    Names,
     ToolRule,
     is_catch_all,
+    value_text,
 )
 from .units import (
     format_duration,
@@ -105,6 +109,7 @@ __all__ = [
     "SHARED_CACHE_URL_ENV",
     "SHARED_CACHE_USERNAME_ENV",
     "Address",
+    "ArgumentMatch",
     "CacheLimits",
     "ConfigError",
     "Duration",
@@ -127,4 +132,5 @@ __all__ = [
     "parse_duration",
     "parse_quantity",
     "parse_servers_file",
+    "value_text",
 ]

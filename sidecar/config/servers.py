@@ -20,65 +20,14 @@ from .fields import (
     DEFAULT_MAX_SIZE,
     DEFAULT_TTL_SECONDS,
     MAX_IGNORED_HEADERS,
-    MAX_RULE_NAMES,
     MAX_SIZE_CEILING,
     MAX_TOOL_RULES,
     MAX_TTL_SECONDS,
     Duration,
-    Glob,
     Model,
     Quantity,
 )
-
-
-def _distinct(values: tuple[str, ...]) -> tuple[str, ...]:
-    if len(set(values)) != len(values):
-        raise ValueError("must not name the same value twice")
-    return values
-
-
-Names = Annotated[tuple[Glob, ...], Field(max_length=MAX_RULE_NAMES), AfterValidator(_distinct)]
-
-
-def is_catch_all(glob: str) -> bool:
-    """A pattern every tool name matches (`*`, `**`, ...)."""
-    return set(glob) == {"*"}
-
-
-class ToolRule(Model):
-    """How one tool (or a family, by glob) is cached; the first matching rule applies."""
-
-    name: Glob
-    enabled: bool | None = Field(default=None, strict=True)
-    """Unset: the server's `enabled` (and `onlyReadOnlyTools`) decide."""
-    ttl: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
-    """Unset: the server's `ttl`."""
-    ignore_arguments: Names = ()
-    """Top-level arguments left out of the key (request ids, nonces): calls that differ
-    only in them share an entry. The caller and the credential always stay in the key."""
-    invalidates: Names = ()
-    """Globs of tools whose entries a successful call of this tool removes, for every
-    caller. Such a tool writes: it is never cached itself."""
-
-    @model_validator(mode="after")
-    def _writes_are_not_cached(self) -> Self:
-        if self.enabled and self.invalidates:
-            raise ValueError(
-                "a tool that invalidates others changes state and cannot be cached: "
-                "drop enabled: true"
-            )
-        return self
-
-    def matches(self, tool: str) -> bool:
-        return fnmatch.fnmatchcase(tool, self.name)
-
-    def shadowed_by(self, earlier: ToolRule) -> bool:
-        """`earlier` matches every name this rule could match, so this one never applies."""
-        if is_catch_all(earlier.name) or earlier.name == self.name:
-            return True
-        literal = not any(c in self.name for c in "*?[")
-        return literal and earlier.matches(self.name)
-
+from .tools import ArgumentMatch, ToolRule
 
 _RULE_MEMO_LIMIT = 4096
 
@@ -127,6 +76,12 @@ class ServerCache(Model):
     ignore_set_cookie: bool = False
     """Store answers that set a cookie (a load balancer's affinity cookie, say). The
     cookie still reaches only the caller it was set for; it is never stored."""
+    fill_schema_defaults: bool = Field(default=False, strict=True)
+    """Key a call as if each omitted top-level argument had the default the tool's
+    `inputSchema` gives it, where the sidecar has read that default with certainty."""
+    trust_public_hints: bool = Field(default=False, strict=True)
+    """Share among all callers a result the server marks `cacheScope: "public"` (the six
+    results that carry it); without it such results are kept per caller."""
 
     @model_validator(mode="after")
     def _identity_is_never_ignored(self) -> Self:
@@ -160,6 +115,33 @@ class ServerCache(Model):
             memo.clear()
         memo[tool] = rule
         return rule
+
+    @functools.cached_property
+    def _match_memo(self) -> dict[str, tuple[str, ...]]:
+        return {}
+
+    @functools.cached_property
+    def argument_matches(self) -> tuple[ArgumentMatch, ...]:
+        """Every `invalidates` entry of the server's rules that matches on arguments."""
+        return tuple(
+            r for rule in self.tools for r in rule.invalidates if isinstance(r, ArgumentMatch)
+        )
+
+    def matched_arguments(self, tool: str) -> tuple[str, ...]:
+        """The arguments some write matches `tool`'s entries on (sorted; remembered per
+        tool name, bounded like `rule_for`): their values are recorded with each entry."""
+        matches = self.argument_matches
+        if not matches:
+            return ()
+        memo = self._match_memo
+        names = memo.get(tool)
+        if names is None:
+            found = {n for m in matches if fnmatch.fnmatchcase(tool, m.tool) for n in m.match}
+            names = tuple(sorted(found))
+            if len(memo) >= _RULE_MEMO_LIMIT:
+                memo.clear()
+            memo[tool] = names
+        return names
 
     def shadowed_rules(self) -> list[tuple[ToolRule, ToolRule]]:
         """Each rule that can never apply, with the earlier rule that hides it."""

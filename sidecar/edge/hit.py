@@ -23,6 +23,8 @@ class HitResponse:
     _EVENTS = (b"content-type", b"text/event-stream")
     _STATUS = (b"cache-status", cache_status.HIT.encode())
     _TIER_STATUS = (b"cache-status", cache_status.SHARED_HIT.encode())
+    _PUBLIC_STATUS = (b"cache-status", cache_status.PUBLIC_HIT.encode())
+    _PUBLIC_TIER_STATUS = (b"cache-status", cache_status.SHARED_PUBLIC_HIT.encode())
     _NO_CACHE = (b"cache-control", b"no-cache")
 
     def __init__(
@@ -46,10 +48,13 @@ class HitResponse:
     def of(cls, entry: Entry, request_id: Any, now: float, from_tier: bool = False) -> HitResponse:
         """The stored result framed under the caller's own JSON-RPC id, its `ttlMs` (if
         it has one) restated as the freshness left; `from_tier` when it came from the
-        Redis tier."""
+        Redis tier. An entry for every caller says so (`detail=public`)."""
         result, tail = entry.result_parts(now)
         body = frame_response(request_id, result, entry.event_stream, tail=tail)
-        status = cls._TIER_STATUS if from_tier else cls._STATUS
+        if entry.scope is not None and entry.scope.public:
+            status = cls._PUBLIC_TIER_STATUS if from_tier else cls._PUBLIC_STATUS
+        else:
+            status = cls._TIER_STATUS if from_tier else cls._STATUS
         return cls(body, entry.event_stream, int(now - entry.stored_at), status)
 
     @classmethod

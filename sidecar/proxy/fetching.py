@@ -149,8 +149,12 @@ class Fetch:
         if verdict.reason is None and storage.invalidator.epoch(server.name) != self._epoch:
             verdict = Verdict("invalidated")  # fetched before entries were dropped
         final = capture.final if capture is not None else None
-        if self._learns and final is not None and "result" in final:
+        # A listing answered for another request, or overtaken by a change the server
+        # announced while it was upstream, teaches nothing.
+        current = verdict.reason not in ("id_reused", "invalidated")
+        if self._learns and current and final is not None and "result" in final:
             storage.invalidator.hints.learn(server.name, final["result"])
+        verdict = answers.scoped(request.lookup, verdict, self._header_map)
         ttl = answers.storage_ttl(
             server, verdict, self._header_map, request.message.method, request.lookup.ttl
         )
@@ -159,7 +163,9 @@ class Fetch:
         # their share, so it is not built.
         flight = self._flight
         assert capture is not None
-        flight.settle(_outcome(self._status, capture, verdict) if flight.followers else ALONE)
+        public = request.lookup.scope.public
+        outcome = _outcome(self._status, capture, verdict, public) if flight.followers else ALONE
+        flight.settle(outcome)
         return verdict
 
     def _store(self, verdict: Verdict, event_stream: bool, ttl: float) -> Verdict:
@@ -172,23 +178,24 @@ class Fetch:
         if verdict.reason is None and lookup.session and sessions.ended(lookup.session):
             verdict = Verdict("invalidated")  # its session ended while it was upstream
         if verdict.reason is None:
+            filed = answers.filing(server, lookup, verdict, self._header_map)
             stored = storage.cache.store(
-                lookup.key,
+                filed.key,
                 verdict.result,
                 event_stream,
                 ttl,
-                lookup.session,
+                filed.session,
                 server.cache.keep_stale,
                 verdict.ttl_at,
-                scope=lookup.scope,
+                scope=filed.scope,
             )
             if stored is None:
                 verdict = Verdict("over_budget")
-            elif storage.tier is not None and not lookup.session and request.generation is not None:
+            elif storage.tier is not None and not filed.session and request.generation is not None:
                 storage.tier.put(
                     request.app_id,
                     server.name,
-                    lookup.key,
+                    filed.key,
                     verdict.result,
                     event_stream,
                     ttl,
@@ -200,9 +207,12 @@ class Fetch:
         return verdict
 
 
-def _outcome(status: int, capture: ResponseCapture, verdict: Verdict) -> Outcome:
+def _outcome(
+    status: int, capture: ResponseCapture, verdict: Verdict, public: bool = False
+) -> Outcome:
     """The followers' answer, from the leader's answer as judged so far."""
-    share = answers.follower_share(status, verdict, capture.final_seen, capture.final is not None)
+    kept = capture.final is not None
+    share = answers.follower_share(status, verdict, capture.final_seen, kept, public)
     if share == "failed":
         if status >= 500:
             return Outcome("failed", upstream_status=status)

@@ -8,6 +8,7 @@ answer fetched before it (a miss still in flight) is not stored after it.
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 from collections.abc import Callable, Iterable
 from typing import Final, Literal
@@ -15,6 +16,7 @@ from typing import Final, Literal
 from ..cache.store import ResponseCache
 from ..config import SidecarConfig
 from ..metrics import Metrics
+from ..rules.arguments import MatchedRemoval, Removal, recorded_match
 from ..rules.hints import ToolHints
 from ..rules.notices import Notice
 
@@ -52,9 +54,15 @@ class Invalidator:
         """Changes whenever entries of `server` are invalidated."""
         return self._epochs.get(server, 0)
 
-    def tools(self, server: str, globs: Iterable[str], cause: Cause) -> int:
-        """Drop the entries of tools matching `globs`."""
-        return self._drop(server, self.cache.keys_for(server, tools=globs), cause)
+    def tools(self, server: str, removals: Iterable[Removal], cause: Cause) -> int:
+        """Drop the entries of tools matching the globs among `removals`, and those of
+        tools a `MatchedRemoval` names whose recorded argument values match its own."""
+        globs = [r for r in removals if isinstance(r, str)]
+        matched = [r for r in removals if not isinstance(r, str)]
+        keys = self.cache.keys_for(server, tools=globs)
+        if matched:
+            keys.extend(_matching_keys(self.cache, server, matched))
+        return self._drop(server, keys, cause)
 
     def notice(self, server: str, notice: Notice) -> int:
         """Act on an upstream notification passing through."""
@@ -104,3 +112,20 @@ class Invalidator:
         if self.on_drop is not None:
             self.on_drop(server)
         return self.cache.purge(keys)
+
+
+def _matching_keys(cache: ResponseCache, server: str, removals: list[MatchedRemoval]) -> list[str]:
+    """Keys of the server's tool entries that one of `removals` matches, for every
+    caller (public entries included): a scan of the server's scopes, which hold the
+    argument digests (never values) recorded when each entry was stored."""
+    found: list[str] = []
+    for scope, keys in cache.scopes(server).items():
+        if scope.tool is None:
+            continue
+        for removal in removals:
+            if fnmatch.fnmatchcase(scope.tool, removal.tool) and recorded_match(
+                scope.arguments, removal.values
+            ):
+                found.extend(keys)
+                break
+    return found

@@ -17,7 +17,7 @@ from ..rules.capture import ResponseCapture
 from ..rules.headers import forward_headers, response_headers
 from ..rules.messages import Message, Verdict, method_label
 from ..upstream.client import UpstreamFailure
-from ..upstream.exchange import Exchanges, Outbound, failure_error
+from ..upstream.exchange import Exchange, Exchanges, Outbound, failure_error
 from .invalidation import Invalidator
 
 FOLLOW_BOUND: Final = 1 << 20
@@ -37,11 +37,16 @@ class Following:
         message: Message | None,
         event_stream: bool,
         status: int,
+        exchange: Exchange,
+        epoch: int,
     ) -> None:
         self._invalidator = invalidator
         self._server = server
         self._plan = plan
         self._status = status
+        self._exchange = exchange
+        self._epoch = epoch
+        """The server's invalidation epoch when the request went upstream."""
         self._done = False
         self.capture: ResponseCapture | None = None
         self.follows = False
@@ -59,7 +64,11 @@ class Following:
         elif plan.learn_tools:
             assert self.capture is not None  # follows only with a capture
             final = self.capture.final
-            if final is not None and "result" in final:
+            # A listing answered for another request, or overtaken by a change the server
+            # announced while it was upstream, teaches nothing.
+            current = not self._exchange.id_reused
+            current = current and self._invalidator.epoch(server.name) == self._epoch
+            if current and final is not None and "result" in final:
                 self._invalidator.hints.learn(server.name, final["result"])
         return verdict
 
@@ -87,12 +96,20 @@ async def pass_through(
         ticketed=message is not None and message.is_request,
     )
     exchange = exchanges.start(server, outbound)
+    epoch = invalidator.epoch(server.name)
     try:
         response = await exchange.open()
     except UpstreamFailure as exc:
         raise failure_error(server, exc, outbound.request_id) from exc
     following = Following(
-        invalidator, server, plan, message, response.event_stream, response.status
+        invalidator,
+        server,
+        plan,
+        message,
+        response.event_stream,
+        response.status,
+        exchange,
+        epoch,
     )
     relay = exchange.relay(response, following)
     headers = response_headers(response.headers)

@@ -104,9 +104,11 @@ class Proxy:
         method = method_label(message.method)
         if isinstance(plan, policy.Bypass):
             if message.is_request:
-                self.metrics.count(server.name, method, "bypass")
+                self.metrics.count_bypass(server.name, method, plan.reason)
             return await self._pass(incoming, server, plan, message, raw)
         entry = self.cache.get_fresh(plan.key)
+        if entry is None and plan.public_key:  # trustPublicHints: the entry for everyone
+            entry = self.cache.get_fresh(plan.public_key)
         if entry is not None:
             self.metrics.count(server.name, method, "hit")
             return HitResponse.of(entry, message.id, self.cache.timer())
@@ -114,6 +116,9 @@ class Proxy:
         if self.tier is not None and not plan.session:
             # Answers given inside a legacy session end with it: they stay in memory.
             entry, generation = await self._tier_lookup(self.tier, config.app_id, server, plan)
+            if entry is None and plan.public_key:
+                public = policy.public_side(plan)
+                entry = (await self._tier_lookup(self.tier, config.app_id, server, public))[0]
             if entry is not None:
                 self.metrics.count(server.name, method, "hit")
                 return HitResponse.of(entry, message.id, self.cache.timer(), from_tier=True)

@@ -6,9 +6,11 @@ entry may stand in. Pure functions, like `policy`, which decides the request sid
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
+from ..cache.store import Scope
 from ..config import Server
+from .callers import public_keyed
 from .headers import cache_directives
 from .messages import METADATA_METHODS, NotStoredReason, Verdict
 from .policy import ROUTING_HEADERS, Lookup
@@ -106,21 +108,58 @@ went upstream: the list is of what may be shared, so a new reason is never share
 
 
 def follower_share(
-    status: int, verdict: Verdict, answered: bool, final_kept: bool
+    status: int, verdict: Verdict, answered: bool, final_kept: bool, public: bool = False
 ) -> FollowerShare:
     """What requests collapsed onto another identical request (same key) receive.
 
     `answer`: its final answer, stored or not (an error or `isError` is theirs too).
     `failed`: the upstream failed them all: a server error, or a body that broke off
     before the answer (a stale entry may stand in). `alone`: each forwards on its own,
-    also when the answer was too large to keep for them."""
+    also when the answer was too large to keep for them.
+
+    On a `public` key the followers are other callers: they share only an answer that
+    was stored for every caller, never an error or an answer kept from the cache (it
+    may say who asked)."""
     if status >= 500 or (verdict.reason == "incomplete" and not answered):
         return "failed"
     if not final_kept or (
-        verdict.reason is not None and verdict.reason not in _SHARED_WHEN_NOT_STORED
+        verdict.reason is not None and (public or verdict.reason not in _SHARED_WHEN_NOT_STORED)
     ):
         return "alone"
     return "answer"
+
+
+def scoped(lookup: Lookup, verdict: Verdict, headers: Mapping[str, str]) -> Verdict:
+    """A storable answer on a key for every caller (a `scope: public` rule's) that must
+    not be shared after all: the server marked the result `private`, or the answer sets
+    a cookie (state of the caller who asked, even where `ignoreSetCookie` lets a
+    caller's own entry be kept)."""
+    if verdict.reason is not None or not lookup.scope.public:
+        return verdict
+    if verdict.scope == "private" or "set-cookie" in headers:
+        return Verdict("private_result")
+    return verdict
+
+
+class Filing(NamedTuple):
+    """Where a storable answer is kept: its key, scope and legacy session."""
+
+    key: str
+    scope: Scope
+    session: str
+
+
+def filing(server: Server, lookup: Lookup, verdict: Verdict, headers: Mapping[str, str]) -> Filing:
+    """The caller's own key, or, under `trustPublicHints`, the key for every caller when
+    the server marks the result `public` and nothing in the answer says it depends on
+    who asked: no cookie, no `Vary` on an identity header or the session. The sidecar
+    never makes a result public that the server did not mark so."""
+    if lookup.public_key and verdict.scope == "public" and "set-cookie" not in headers:
+        vary = headers.get("vary")
+        anyone = public_keyed(lookup.keyed, server.cache.identity_headers)
+        if vary is None or _varies_within_key(anyone, vary):
+            return Filing(lookup.public_key, lookup.scope._replace(public=True), "")
+    return Filing(lookup.key, lookup.scope, lookup.session)
 
 
 def stale_while_revalidating(server: Server, expires_at: float, now: float) -> bool:

@@ -1,7 +1,8 @@
 """The RFC 9211 `Cache-Status` values the sidecar sends, in one grammar.
 
 `mcpcache; hit` for an answer from the cache (`hit; detail=shared` from the shared
-tier on Redis); otherwise `mcpcache; fwd=<why forwarded>`
+tier on Redis, `detail=public` from an entry for every caller, `detail=shared-public`
+both); otherwise `mcpcache; fwd=<why forwarded>`
 with `stored` when the answer was kept, `collapsed` when another identical request's
 upstream call answered it, and a `detail` naming why it was not stored. Stale answers
 say why in their `detail`: `hit; detail=stale-while-revalidate` (answered from the
@@ -17,6 +18,11 @@ from typing import Final
 HIT: Final = "mcpcache; hit"
 SHARED_HIT: Final = "mcpcache; hit; detail=shared"
 """Answered from the shared tier (Redis), not from this sidecar's memory."""
+PUBLIC_HIT: Final = "mcpcache; hit; detail=public"
+"""Answered from an entry for every caller of the server (`scope: public`, or a result
+the server marked public under `trustPublicHints`), not from the caller's own."""
+SHARED_PUBLIC_HIT: Final = "mcpcache; hit; detail=shared-public"
+"""Both: an entry for every caller, read from the shared tier."""
 
 
 def forwarded(

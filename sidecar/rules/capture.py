@@ -17,11 +17,11 @@ import orjson
 from .messages import (
     NotStoredReason,
     Verdict,
-    has_inexact_number,
     is_server_request,
     judge_response,
 )
 from .notices import Notice, notice_of
+from .numbers import has_inexact_number
 from .sse import Event, EventDecoder
 
 if TYPE_CHECKING:  # the capture stays pure: no HTTP client at run time

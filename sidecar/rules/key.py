@@ -65,12 +65,16 @@ def cache_key(
     app_id: str,
     identity: Mapping[str, str],
     ignore_arguments: tuple[str, ...] = (),
+    public: bool = False,
 ) -> str:
     """The hex sha256 key of one call; `identity` holds digests and non-secret values
     only (see `policy.identity`).
 
     `ignore_arguments` (a tool rule's) leaves those top-level arguments out; the names
-    themselves go into the key, so that entries made under different rules never meet."""
+    themselves go into the key, so that entries made under different rules never meet.
+    `public`: the key of an entry for every caller (`identity` then holds no caller's
+    credential), marked as such, so that it never equals a caller's own key — not even
+    that of a caller who sent no credential at all."""
     stable = _stable_params(params)
     if ignore_arguments:
         stable = _without_arguments(stable, ignore_arguments)
@@ -83,4 +87,6 @@ def cache_key(
     }
     if ignore_arguments:
         material["ignored"] = sorted(ignore_arguments)
+    if public:
+        material["public"] = True
     return _sha256_hex(orjson.dumps(material, option=orjson.OPT_SORT_KEYS))

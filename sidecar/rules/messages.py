@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import decimal
-import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -61,6 +58,7 @@ BypassReason = Literal[
     "positional_params",
     "tool_rule",
     "not_read_only",
+    "skip_if",
 ]
 NotStoredReason = Literal[
     "error",
@@ -80,6 +78,7 @@ NotStoredReason = Literal[
     "incomplete",
     "over_budget",
     "invalidated",
+    "private_result",
 ]
 
 
@@ -198,6 +197,11 @@ class Verdict:
     ttl_cap: float | None = None
     ttl_at: int = 0
     """Where the value of the result's `ttlMs` starts in `result` (0: it has none)."""
+    scope: CacheScope | None = None
+    """The result's own `cacheScope`, when it says one."""
+
+
+CacheScope = Literal["public", "private"]
 
 
 def judge_response(response: Mapping[str, Any]) -> Verdict:
@@ -223,7 +227,11 @@ def judge_response(response: Mapping[str, Any]) -> Verdict:
             return Verdict("ttl_zero")
         ttl_cap = ttl_ms / 1000
     encoded, ttl_at = encode_result(result)
-    return Verdict(None, encoded, ttl_cap, ttl_at)
+    scope = result.get("cacheScope")
+    return Verdict(None, encoded, ttl_cap, ttl_at, scope if scope in _SCOPES else None)
+
+
+_SCOPES: Final = ("public", "private")
 
 
 def encode_result(result: Mapping[str, Any]) -> tuple[bytes, int]:
@@ -235,62 +243,6 @@ def encode_result(result: Mapping[str, Any]) -> tuple[bytes, int]:
     rest = orjson.dumps({k: v for k, v in result.items() if k != "ttlMs"})
     head = rest[:-1] + (b',"ttlMs":' if len(rest) > 2 else b'"ttlMs":')
     return head + orjson.dumps(result["ttlMs"]) + b"}", len(head)
-
-
-def _number_shapes() -> bytes:
-    table = bytearray(range(256))
-    for char in b"0123456789.":
-        table[char] = ord("0")
-    table[ord("E")] = ord("e")
-    table[ord("+")] = ord("-")
-    return bytes(table)
-
-
-_NUMBER_SHAPES: Final = _number_shapes()
-"""A translation that makes every digit and dot `0`, every exponent mark `e` and every
-sign `-`, so that the shapes of numbers a double may not hold are plain substrings."""
-_LONG_RUN: Final = re.compile(b"0" * 16)
-"""Sixteen digits or dots in a row: more significant digits than a double keeps."""
-_LONG_EXPONENT: Final = re.compile(rb"e-?000")
-"""A three-digit exponent: past a double's range (`1e400`) or below it (`1e-400`).
-
-Both are searched in the translated bytes as patterns that begin with a literal, which
-the regular-expression engine finds many times faster than a character class."""
-_INT64_MIN, _UINT64_END = -(1 << 63), 1 << 64
-
-
-def has_inexact_number(raw: bytes) -> bool:
-    """Whether the body holds a number the parsed message does not keep exactly.
-
-    Parsed numbers are doubles and 64-bit integers: `0.10000000000000000555` reads as
-    `0.1`, `18446744073709551617` as a double and `1e-400` as `0.0`, so two different
-    requests would look the same. Such requests are never looked up. The exact re-read
-    with `Decimal` only runs when a long run of digits or a long exponent is present at
-    all; looking for them is a byte translation and two searches.
-    """
-    shapes = raw.translate(_NUMBER_SHAPES)
-    if _LONG_RUN.search(shapes) is None and _LONG_EXPONENT.search(shapes) is None:
-        return False
-    inexact = False
-
-    def exact_float(text: str) -> float:
-        nonlocal inexact
-        value = decimal.Decimal(text)
-        if not value.is_finite() or decimal.Decimal(repr(float(value))) != value:
-            inexact = True
-        return 0.0
-
-    def exact_int(text: str) -> int:
-        nonlocal inexact
-        if not _INT64_MIN <= int(text) < _UINT64_END:
-            inexact = True
-        return 0
-
-    try:
-        json.loads(raw, parse_float=exact_float, parse_int=exact_int)
-    except ValueError:
-        return True
-    return inexact
 
 
 def is_server_request(message: Mapping[str, Any]) -> bool:

@@ -7,19 +7,35 @@ sidecar has learned of the server's tools. The proxy asks; nothing else decides.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from ..cache.store import Scope
 from ..config import Server, ToolRule
-from .headers import (
-    NOT_KEY_MATERIAL,
-    connection_named,
-    forwarded,
-    repeated_or_hidden,
+from . import arguments
+from .arguments import Removal
+from .callers import (
+    PROTOCOL_HEADER as PROTOCOL_HEADER,
 )
+from .callers import (
+    ROUTING_HEADERS as ROUTING_HEADERS,
+)
+from .callers import (
+    SESSION_HEADER as SESSION_HEADER,
+)
+from .callers import (
+    extra_keyed_headers as extra_keyed_headers,
+)
+from .callers import (
+    identity as identity,
+)
+from .callers import (
+    keyed_headers,
+    public_keyed,
+    unambiguous_headers,
+)
+from .headers import connection_named, repeated_or_hidden
 from .hints import ToolHints
 from .key import cache_key, secret_digest
 from .messages import (
@@ -28,8 +44,8 @@ from .messages import (
     REQUEST_STATE_PARAMS,
     BypassReason,
     Message,
-    has_inexact_number,
 )
+from .numbers import has_inexact_number
 
 BYPASS_FWD: Final[dict[BypassReason, str]] = {
     "method": "method",  # the cache does not handle this method
@@ -40,6 +56,7 @@ BYPASS_FWD: Final[dict[BypassReason, str]] = {
     "positional_params": "request",  # params as an array: the key reads objects only
     "tool_rule": "bypass",  # the tool's rule turns caching off (or the tool writes)
     "not_read_only": "bypass",  # onlyReadOnlyTools, and the tool is not known read-only
+    "skip_if": "bypass",  # an argument value the tool's skipIf names
 }
 """RFC 9211 `fwd` values for requests never looked up."""
 
@@ -47,12 +64,12 @@ BYPASS_DETAIL: Final[dict[BypassReason, str]] = {
     "tool_rule": "tool-rule",
     "not_read_only": "not-read-only",
     "positional_params": "positional-params",
+    "skip_if": "skip-if",
 }
 """`detail` values that tell apart bypasses sharing one `fwd`."""
 
-SESSION_HEADER: Final = "mcp-session-id"
-PROTOCOL_HEADER: Final = "mcp-protocol-version"
-ROUTING_HEADERS: Final = frozenset({"mcp-method", "mcp-name"})
+SCOPED_RESULTS: Final = METADATA_METHODS | {"resources/read"}
+"""The six results that carry `cacheScope` (the 2026-07-28 specification)."""
 
 
 class RequestRefused(ValueError):
@@ -68,7 +85,7 @@ class Bypass:
     whose read-only hints the policy needs."""
 
     reason: BypassReason
-    invalidates: tuple[str, ...] = ()
+    invalidates: tuple[Removal, ...] = ()
     learn_tools: bool = False
 
     @property
@@ -91,6 +108,10 @@ class Lookup(NamedTuple):
     session: str = ""
     keyed: frozenset[str] = frozenset()
     """The request headers the key depends on (an answer may `Vary` on these)."""
+    public_key: str = ""
+    """Under `trustPublicHints`, for the six results that carry `cacheScope`: the key
+    an answer the server marks public is filed under for every caller, looked up when
+    the caller's own `key` misses ("" otherwise)."""
 
 
 def bypass_reason(server: Server, message: Message) -> BypassReason | None:
@@ -143,85 +164,17 @@ def tool_bypass(
 
 
 def learns_tools(server: Server, message: Message) -> bool:
-    """Whether this request's answer teaches which of the server's tools are read-only."""
-    return message.method == "tools/list" and server.cache.only_read_only_tools
-
-
-def keyed_headers(
-    server: Server, headers: Mapping[str, str], hidden: frozenset[str] = frozenset()
-) -> frozenset[str]:
-    """Every request header the key depends on: each one present that reaches the
-    upstream (`hidden`: those a `Connection` header keeps from it), but for the few that
-    cannot carry identity or change the answer and the server's `ignoreHeaders`; and the
-    identity headers, the session and the version whether present or not."""
+    """Whether this request's answer teaches what the policy needs of the server's
+    tools: which are read-only, and their arguments' defaults."""
     cache = server.cache
-    return _keyed(cache.identity_headers, cache.ignore_headers, tuple(headers), hidden)
-
-
-@functools.lru_cache(maxsize=512)
-def _keyed(
-    identity_headers: tuple[str, ...],
-    ignored: tuple[str, ...],
-    present: tuple[str, ...],
-    hidden: frozenset[str],
-) -> frozenset[str]:
-    # Memoised: a client sends the same header names on every call.
-    material = {
-        name
-        for name in present
-        if forwarded(name)
-        and name not in NOT_KEY_MATERIAL
-        and name not in ignored
-        and name not in hidden
-    }
-    return frozenset({*material, *identity_headers, SESSION_HEADER, PROTOCOL_HEADER})
-
-
-@functools.lru_cache(maxsize=64)
-def unambiguous_headers(identity_headers: tuple[str, ...]) -> frozenset[str]:
-    """Headers a request must send at most once and must not hide behind `Connection`:
-    the credentials, the session and the version (servers differ in which copy of a
-    repeated credential they read), and the routing headers. Any other keyed header is
-    keyed on exactly as sent, every copy in order."""
-    return frozenset({*identity_headers, SESSION_HEADER, PROTOCOL_HEADER, *ROUTING_HEADERS})
-
-
-def extra_keyed_headers(server: Server, keyed: frozenset[str]) -> frozenset[str]:
-    """The keyed headers beyond the identity headers, the session and the version: what
-    an operator looks at when calls that should hit keep missing."""
-    return keyed - unambiguous_headers(server.cache.identity_headers)
+    return message.method == "tools/list" and (
+        cache.only_read_only_tools or cache.fill_schema_defaults
+    )
 
 
 def session_scope(server: Server, session_id: str) -> str:
     """A legacy session, as the cache knows it: one server's session, by digest."""
     return secret_digest(f"{server.name}\0{session_id}")
-
-
-def identity(
-    server: Server,
-    headers: Mapping[str, str],
-    keyed: frozenset[str],
-    raw_headers: Sequence[tuple[str, str]] = (),
-) -> dict[str, str]:
-    """Who is asking, as key material: a digest of each keyed header present (any of
-    them may be a credential, the session id too) and the protocol version as it is. A
-    header sent more than once (`raw_headers`) is keyed on every copy in order, so that
-    two copies never share an entry with one header holding both values."""
-    material = {
-        f"header:{name}": secret_digest(headers[name])
-        for name in keyed
-        if name in headers and name != PROTOCOL_HEADER
-    }
-    if len(raw_headers) > len(headers):
-        copies: dict[str, list[str]] = {}
-        for name, value in raw_headers:
-            copies.setdefault(name.lower(), []).append(value)
-        for name, values in copies.items():
-            if len(values) > 1 and f"header:{name}" in material:
-                material[f"header:{name}"] = secret_digest("\n".join(values))
-    if PROTOCOL_HEADER in headers:
-        material["protocol"] = headers[PROTOCOL_HEADER]
-    return material
 
 
 def plan(
@@ -240,12 +193,18 @@ def plan(
     reason = bypass_reason(server, message)
     rule = tool_rule(server, message) if cache.tools else None
     tool: str | None = None
+    params = filled = message.params
     if reason is None and message.method == "tools/call":
-        tool = message.params["name"]
+        tool = params["name"]
         if rule is not None or cache.only_read_only_tools:
             reason = tool_bypass(server, rule, tool, hints or ToolHints())
+        if reason is None and cache.fill_schema_defaults and hints is not None:
+            defaults = hints.defaults(server.name, tool)
+            filled = arguments.with_defaults(params, defaults)
+        if reason is None and rule is not None and rule.skip_if:
+            reason = "skip_if" if arguments.skipped(rule, arguments.arguments_of(filled)) else None
     if reason is not None:
-        invalidates = rule.invalidates if rule is not None else ()
+        invalidates = writes(rule, message)
         return Bypass(reason, invalidates, learns_tools(server, message))
     hidden: frozenset[str] = frozenset()
     # Only a request with a repeated header or a `Connection` header can be ambiguous.
@@ -255,17 +214,53 @@ def plan(
             raise RequestRefused(problem)
         hidden = frozenset(connection_named(raw_headers))
     keyed = keyed_headers(server, headers, hidden)
-    assert message.method is not None
+    method = message.method
+    assert method is not None
+    # A key for every caller must still name the protocol version the answer was made
+    # under: a session without the version header leaves it unknown, so such a caller
+    # keeps entries of its own.
+    versioned = PROTOCOL_HEADER in headers or SESSION_HEADER not in headers
+    public = rule is not None and rule.scope == "public" and versioned
+    # Defaults are learned from whichever caller's `tools/list` passed last: they may
+    # name one caller's own choices (an owner that defaults to the logged-in user), so
+    # they fill only a caller's own key, never one shared with every caller.
+    if public:
+        keyed = public_keyed(keyed, cache.identity_headers)
+    else:
+        params = filled
     who = identity(server, headers, keyed, raw_headers)
     ignored = rule.ignore_arguments if rule is not None else ()
-    key = cache_key(server.name, message.method, message.params, app_id, who, ignored)
+    key = cache_key(server.name, method, params, app_id, who, ignored, public)
     session_id = headers.get(SESSION_HEADER)
-    session = session_scope(server, session_id) if session_id else ""
+    session = session_scope(server, session_id) if session_id and not public else ""
+    public_key = ""
+    if cache.trust_public_hints and method in SCOPED_RESULTS and versioned:
+        shared = public_keyed(keyed, cache.identity_headers)
+        anyone = identity(server, headers, shared, raw_headers)
+        public_key = cache_key(server.name, method, message.params, app_id, anyone, ignored, True)
     if tool is not None:
         ttl = rule.ttl if rule is not None and rule.ttl is not None else cache.ttl
-        scope = Scope(server.name, tool=tool)
+        if cache.tools:  # the values writes `match` on, and whether it is for everyone
+            names = cache.matched_arguments(tool)
+            digests = arguments.argument_digests(names, arguments.arguments_of(params))
+            scope = Scope(server.name, tool=tool, arguments=digests, public=public)
+        else:
+            scope = Scope(server.name, tool=tool)
     elif message.method == "resources/read":
         ttl, scope = cache.ttl, Scope(server.name, uri=message.params["uri"])
     else:
         ttl, scope = cache.metadata_ttl or cache.ttl, Scope(server.name, listing=message.method)
-    return Lookup(key, ttl, scope, session, keyed)
+    return Lookup(key, ttl, scope, session, keyed, public_key)
+
+
+def public_side(lookup: Lookup) -> Lookup:
+    """The lookup of the entry for every caller that `lookup.public_key` names."""
+    scope = lookup.scope._replace(public=True)
+    return lookup._replace(key=lookup.public_key, scope=scope, session="", public_key="")
+
+
+def writes(rule: ToolRule | None, message: Message) -> tuple[Removal, ...]:
+    """What a call removes once it answers (nothing unless its tool writes)."""
+    if rule is None or not rule.invalidates:
+        return ()
+    return arguments.removals(rule, arguments.arguments_of(message.params))

@@ -11,6 +11,7 @@ from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from mcpcache.operator.crd import RESOURCE_GROUP, RESOURCE_KIND, RESOURCE_PLURAL, RESOURCE_VERSION
+from mcpcache.operator.resource import effective_server
 from mcpcache.sidecar.config import ServerCache
 from peers.paths import CRD, ROOT
 from peers.resources import GROUP, PLURAL, VERSION, mcpserver, new_namespace
@@ -152,9 +153,10 @@ def test_kubectl_shows_the_printer_columns_and_short_name(control_plane, namespa
         ({"name": "a", "ttl": "soon"}, "spec.cache.tools[0].ttl"),
         ({"name": "a", "enabled": "yes"}, "spec.cache.tools[0].enabled"),
         ({"name": "a", "ignoreArguments": ["id", "id"]}, "spec.cache.tools[0].ignoreArguments"),
-        ({"name": "a", "invalidates": [""]}, "spec.cache.tools[0].invalidates[0]"),
-        ({"name": "a", "enabled": True, "invalidates": ["b"]}, "cannot be cached"),
         ({"name": "a\n"}, "spec.cache.tools[0].name"),
+        ({"name": "a", "scope": "everyone"}, "spec.cache.tools[0].scope"),
+        ({"name": "a", "enabled": False, "scope": "public"}, "scope public is for cached tools"),
+        ({"name": "a", "skipIf": {f"v{i}": "x" for i in range(17)}}, "spec.cache.tools[0].skipIf"),
     ],
 )
 def test_invalid_tool_rules_are_refused_by_the_crd_and_the_config_model_alike(
@@ -178,17 +180,48 @@ def test_valid_tool_rules_are_accepted_by_both_as_written(control_plane, namespa
         "tools": [
             {"name": "search_*", "ttl": "5m", "ignoreArguments": ["requestId", "nonce"]},
             {"name": "create_*", "enabled": False, "invalidates": ["search_*", "get_?"]},
-            {"name": "get_doc", "enabled": True},
+            {"name": "get_doc", "enabled": True, "scope": "public"},
+            {"name": "get_release", "skipIf": {"version": "latest", "channel": ["beta", 2]}},
+            {"name": "add_*", "invalidates": ["x", {"tool": "list_issues", "match": ["owner"]}]},
         ],
+        "fillSchemaDefaults": True,
+        "trustPublicHints": True,
     }
     created = objects.create_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, mcpserver("rules", **cache)
     )
     assert created["spec"]["cache"]["tools"] == cache["tools"]
-    assert ServerCache.model_validate(created["spec"]["cache"]).tools[1].invalidates == (
-        "search_*",
-        "get_?",
-    )
+    model = ServerCache.model_validate(created["spec"]["cache"])
+    assert model.tools[1].invalidates == ("search_*", "get_?")
+    assert model.tools[3].skip_texts == {"version": {"latest"}, "channel": {"beta", "2"}}
+    assert model.tools[4].invalidates[1].match == ("owner",)  # type: ignore[union-attr]
+    assert model.fill_schema_defaults
+    assert model.trust_public_hints
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"name": "a", "invalidates": [""]},
+        {"name": "a", "enabled": True, "invalidates": ["b"]},
+        {"name": "a", "invalidates": [{"tool": "b"}]},
+        {"name": "a", "invalidates": [7]},
+        {"name": "a", "skipIf": {"v": {"deep": 1}}},
+        {"name": "a", "invalidates": ["b"], "skipIf": {"v": "latest"}},
+    ],
+)
+def test_entries_the_schema_cannot_type_are_refused_by_the_operator(
+    control_plane, namespace, rule
+) -> None:
+    """`invalidates` entries (a glob or an object) and `skipIf` values (one or a list)
+    are unions the API server's schema cannot check with CEL; the operator's model does,
+    and an MCPServer holding one is reported InvalidSpec instead of configured."""
+    objects = client.CustomObjectsApi(control_plane.api_client())
+    body = mcpserver("loose", enabled=True, tools=[rule])
+    created = objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    effective = effective_server(created["metadata"]["name"], created["spec"])
+    assert effective.server is None
+    assert effective.error
 
 
 @pytest.mark.parametrize(

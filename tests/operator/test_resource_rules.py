@@ -107,6 +107,28 @@ def test_tool_rules_reach_the_configmap_and_status_shows_them_in_effect() -> Non
     ]
 
 
+def test_argument_rules_and_public_scope_reach_the_configmap_and_status() -> None:
+    rules = [
+        {"name": "get_release", "skipIf": {"version": "latest"}},
+        {"name": "search_*", "scope": "public"},
+        {"name": "create_issue", "invalidates": ["x", {"tool": "list_issues", "match": ["repo"]}]},
+    ]
+    cache = {**SPEC["cache"], "fillSchemaDefaults": True, "trustPublicHints": True, "tools": rules}
+    effective = effective_server("docs", {**SPEC, "cache": cache})
+    assert effective.server is not None
+    server = parse_servers_file(render_config([effective.server]), environ={}).server("docs")
+    assert server is not None
+    assert server.cache == effective.server.cache
+    assert server.cache.fill_schema_defaults
+    assert server.cache.trust_public_hints
+    assert server.cache.matched_arguments("list_issues") == ("repo",)
+    tools = desired_status(effective, 1, None)["effectiveTools"]
+    assert tools[0]["skipIf"] == {"version": ["latest"]}
+    assert tools[1]["scope"] == "public"
+    assert "scope" not in tools[0], "private, the default, goes unsaid"
+    assert tools[2]["invalidates"] == ["x", {"tool": "list_issues", "match": ["repo"]}]
+
+
 def test_a_rule_behind_an_earlier_catch_all_is_reported_not_refused() -> None:
     spec = {**SPEC, "cache": {**SPEC["cache"], "tools": RULES}}
     effective = effective_server("docs", spec)

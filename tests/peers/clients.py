@@ -32,8 +32,10 @@ def mcp_client(
     return Client(streamable_http_client(url, http_client=http), mode=mode, cache=None, **kw)
 
 
-def call_body(request_id: Any, name: str, arguments: dict[str, Any], **meta: Any) -> dict[str, Any]:
-    """A modern (2026-07-28) tools/call body, as the SDK client would send it."""
+def modern_request(
+    request_id: Any, method: str, params: dict[str, Any], **meta: Any
+) -> dict[str, Any]:
+    """A modern (2026-07-28) request body with the `_meta` envelope the SDK client sends."""
     envelope = {
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -42,9 +44,31 @@ def call_body(request_id: Any, name: str, arguments: dict[str, Any], **meta: Any
     return {
         "jsonrpc": "2.0",
         "id": request_id,
-        "method": "tools/call",
-        "params": {"name": name, "arguments": arguments, "_meta": envelope},
+        "method": method,
+        "params": {**params, "_meta": envelope},
     }
+
+
+def call_body(request_id: Any, name: str, arguments: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    """A modern (2026-07-28) tools/call body, as the SDK client would send it."""
+    return modern_request(request_id, "tools/call", {"name": name, "arguments": arguments}, **meta)
+
+
+def read_body(request_id: Any, uri: str) -> dict[str, Any]:
+    """A modern (2026-07-28) resources/read body, as the SDK client would send it."""
+    return modern_request(request_id, "resources/read", {"uri": uri})
+
+
+async def call_tool(
+    url: str, tool: str, arguments: dict[str, Any], **headers: str
+) -> httpx.Response:
+    """One raw modern tools/call (so that its `Cache-Status` can be read), with a deadline."""
+    return await post(url, call_body(1, tool, arguments), call_headers(tool, **headers))
+
+
+def text_of(result: Any) -> str:
+    """The first text content of a tool result an SDK client returned."""
+    return str(result.content[0].text)
 
 
 def call_headers(name: str, method: str = "tools/call", **extra: str) -> dict[str, str]:

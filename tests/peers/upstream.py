@@ -7,9 +7,10 @@ test can assert that a cached answer caused no upstream traffic at all.
 from __future__ import annotations
 
 import collections
+import enum
 import json
 import threading
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server import MCPServer
@@ -37,6 +38,11 @@ LIST_METHODS: tuple[CacheableMethod, ...] = (
     "resources/templates/list",
     "server/discover",
 )
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
 
 
 class Answer(BaseModel):
@@ -68,15 +74,22 @@ class CountingASGI:
 class Upstream:
     """Tool and resource handlers plus the counters and gates tests drive them with."""
 
-    def __init__(self, resource_ttl_ms: int = 60_000, list_ttl_ms: int | None = None) -> None:
+    def __init__(
+        self,
+        resource_ttl_ms: int = 60_000,
+        list_ttl_ms: int | None = None,
+        resource_scope: Literal["public", "private"] = "private",
+    ) -> None:
         """`list_ttl_ms`: the `ttlMs` of list and discovery results (the SDK's own
-        default, 0, when None)."""
+        default, 0, when None); `resource_scope`: the `cacheScope` of `resources/read`
+        results (the SDK's default, private)."""
         self.calls: collections.Counter[str] = collections.Counter()
         self.http: collections.Counter[str] = collections.Counter()
         self._gates: dict[str, threading.Event] = {}
         self.docs: dict[str, str] = {}
+        self.issues: dict[tuple[str, str], list[str]] = {}
         hints: dict[CacheableMethod, CacheHint] = {
-            "resources/read": CacheHint(ttl_ms=resource_ttl_ms)
+            "resources/read": CacheHint(ttl_ms=resource_ttl_ms, scope=resource_scope)
         }
         if list_ttl_ms is not None:
             for method in LIST_METHODS:
@@ -222,6 +235,33 @@ class Upstream:
             self.calls["search"] += 1
             user = (ctx.headers or {}).get("authorization", "anonymous")
             return f"results for {q} for {user} #{self.calls['search']}"
+
+        @mcp.tool(annotations=read_only)
+        def list_issues(ctx: Context, owner: str, repo: str) -> str:
+            """The issues of one repository, as the caller sees them."""
+            self.calls["list_issues"] += 1
+            user = (ctx.headers or {}).get("authorization", "anonymous")
+            titles = ", ".join(self.issues.get((owner, repo), []))
+            return f"{owner}/{repo}: [{titles}] for {user} #{self.calls['list_issues']}"
+
+        @mcp.tool()
+        def create_issue(owner: str, repo: str, title: str) -> str:
+            """File an issue (a write)."""
+            self.calls["create_issue"] += 1
+            self.issues.setdefault((owner, repo), []).append(title)
+            return f"filed {title}"
+
+        @mcp.tool(annotations=read_only)
+        def get_release(name: str, version: str = "latest") -> str:
+            """A release of `name`; `version` defaults to latest (a plain schema default)."""
+            self.calls["get_release"] += 1
+            return f"{name} {version} #{self.calls['get_release']}"
+
+        @mcp.tool(annotations=read_only)
+        def paint(name: str, colour: Colour = Colour.RED) -> str:
+            """A default behind a `$ref` (an enum's schema is in `$defs`)."""
+            self.calls["paint"] += 1
+            return f"{name} in {colour.value} #{self.calls['paint']}"
 
         @mcp.tool()
         async def announce(kind: str, ctx: Context, uri: str = "", scoped: bool = True) -> str:

@@ -20,13 +20,13 @@ from mcpcache.sidecar.rules.messages import (
     decode_header_value,
     frame_event,
     frame_response,
-    has_inexact_number,
     is_server_request,
     judge_response,
     method_label,
     parse_message,
     routing_header_mismatch,
 )
+from mcpcache.sidecar.rules.numbers import has_inexact_number
 
 
 def encoded(body: Any) -> bytes:

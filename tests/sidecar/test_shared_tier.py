@@ -1,5 +1,6 @@
-"""The shared tier on a real Redis: replicas share answers, callers never do, and Redis
-trouble never becomes the caller's."""
+"""The shared tier on a real Redis: replicas share answers, callers never do (but for
+entries for every caller, which the replicas of one app share and no other app sees),
+and Redis trouble never becomes the caller's."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -15,11 +17,12 @@ import pytest
 
 from mcpcache.sidecar.config import ConfigError, parse_config
 from mcpcache.sidecar.tiers.redis_tier import MAGIC, Breaker, decode, encode
-from peers.clients import LEGACY, call_body, call_headers, mcp_client, post
+from peers.clients import LEGACY, call_body, call_headers, mcp_client, post, read_body, unique
 from peers.controlplane import Authority
 from peers.redisserver import RedisServer, redis_server_binary
 from peers.serving import ServedApp, async_wait_until
 from peers.sidecar import RunningSidecar, one_server
+from peers.upstream import Upstream
 
 SHARED_HIT = "mcpcache; hit; detail=shared"
 
@@ -532,3 +535,81 @@ async def test_a_purge_on_one_replica_reaches_every_replicas_shared_entries(
     status, _, _ = await call(second, "echo", arguments)
     assert status.startswith("mcpcache; fwd=miss")
     assert peer.calls["echo"] == before + 1
+
+
+# --- entries for every caller ------------------------------------------------------
+
+SHARED_PUBLIC_HIT = "mcpcache; hit; detail=shared-public"
+
+
+@pytest.fixture(scope="module")
+def public_upstream() -> Iterator[tuple[Upstream, ServedApp]]:
+    """An SDK server that marks its `resources/read` results `cacheScope: "public"`."""
+    peer = Upstream(resource_scope="public")
+    app = ServedApp(peer.app(json_response=True)).start()
+    yield peer, app
+    app.stop()
+
+
+def stored(sidecar: RunningSidecar) -> Any:
+    return async_wait_until(
+        lambda: sidecar.sample("mcpcache_shared_stores_total", result="stored") >= 1,
+        what="the shared tier to store",
+    )
+
+
+async def read(sidecar: RunningSidecar, uri: str, user: str) -> httpx.Response:
+    headers = call_headers(uri, "resources/read", authorization=f"Bearer {user}")
+    return await post(sidecar.url("s"), read_body(3, uri), headers, 10)
+
+
+async def test_a_public_tool_entry_is_shared_by_the_replicas_of_one_app_and_no_other(
+    make_sidecar, redis_server, json_upstream
+) -> None:
+    peer, app = json_upstream
+    app_id = new_app()
+    rules = [{"name": "search", "scope": "public"}]
+
+    def replica(of: str) -> RunningSidecar:
+        document = shared_config(app, redis_server.url, of)
+        document["servers"][0]["cache"]["tools"] = rules
+        return make_sidecar(document)
+
+    first, second, other_app = replica(app_id), replica(app_id), replica(new_app())
+    arguments = {"q": unique()}
+    before = peer.calls["search"]
+    await call(first, "search", arguments, authorization="Bearer alice")
+    await stored(first)
+    status, _, answer = await call(second, "search", arguments, authorization="Bearer bob")
+    assert status == SHARED_PUBLIC_HIT
+    assert "for Bearer alice" in text_of(answer), "one entry, fetched for alice"
+    status, _, answer = await call(other_app, "search", arguments, authorization="Bearer bob")
+    assert status.startswith("mcpcache; fwd=miss")
+    assert "for Bearer bob" in text_of(answer)
+    assert peer.calls["search"] == before + 2
+
+
+async def test_a_result_the_server_marks_public_reaches_another_replica_and_private_does_not(
+    make_sidecar, redis_server, public_upstream, json_upstream
+) -> None:
+    app_id = new_app()
+    for peer, app, shared in (
+        (public_upstream[0], public_upstream[1], True),
+        (json_upstream[0], json_upstream[1], False),
+    ):
+        document = shared_config(app, redis_server.url, app_id)
+        document["servers"][0]["cache"]["trustPublicHints"] = True
+        first, second = make_sidecar(document), make_sidecar(document)
+        uri = f"doc://{unique()}"
+        before = peer.calls["doc"]
+        mine = await read(first, uri, "alice")
+        await stored(first)
+        theirs = await read(second, uri, "bob")
+        contents = [json.loads(r.text)["result"]["contents"] for r in (mine, theirs)]
+        if shared:
+            assert contents[0] == contents[1]
+            assert theirs.headers["cache-status"] == SHARED_PUBLIC_HIT
+            assert peer.calls["doc"] == before + 1
+        else:
+            assert theirs.headers["cache-status"].startswith("mcpcache; fwd=miss")
+            assert peer.calls["doc"] == before + 2

@@ -12,17 +12,13 @@ import httpx
 import pytest
 from mcp import Client
 
-from peers.clients import MODERN, call_body, call_headers, mcp_client, post, unique
+from peers.clients import MODERN, call_body, call_headers, mcp_client, post, text_of, unique
 from peers.serving import ServedApp, async_wait_until
 from peers.sidecar import RunningSidecar, one_server
 from peers.upstream import Upstream
 
 ALICE = {"authorization": "Bearer alice"}
 BOB = {"authorization": "Bearer bob"}
-
-
-def text_of(result: Any) -> str:
-    return str(result.content[0].text)
 
 
 async def call(

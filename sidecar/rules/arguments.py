@@ -1,0 +1,100 @@
+"""Rules on argument values: `skipIf` (values that send a call upstream uncached), the
+argument values an entry is filed under for writes that `match` on them, and the
+schema's defaults filled into a call's arguments. Pure functions.
+
+Values are compared as `config.value_text` reads them (as text, case-insensitively):
+both rules err towards the upstream's answer of now — a value that may be the same one
+skips the cache, or drops the entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, NamedTuple
+
+import orjson
+
+from ..config import ArgumentMatch, ToolRule, value_text
+from .key import secret_digest
+
+ArgumentDigests = tuple[tuple[str, str], ...]
+"""(argument name, digest of its value) pairs, sorted by name: never the values."""
+
+
+class MatchedRemoval(NamedTuple):
+    """A write's removal of the entries of `tool` (a glob) with these argument values."""
+
+    tool: str
+    values: ArgumentDigests
+
+
+Removal = str | MatchedRemoval
+"""What a write removes once it answers: a tool glob's entries, or the matching ones."""
+
+
+def arguments_of(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    arguments = params.get("arguments")
+    return arguments if isinstance(arguments, dict) else _NONE
+
+
+_NONE: Final[Mapping[str, Any]] = {}
+
+
+def skipped(rule: ToolRule, arguments: Mapping[str, Any]) -> bool:
+    """Whether one of `rule`'s `skipIf` values is among the call's arguments."""
+    for name, texts in rule.skip_texts.items():
+        if name in arguments and value_text(arguments[name]) in texts:
+            return True
+    return False
+
+
+def _value_digest(name: str, value: Any) -> str:
+    text = value_text(value)
+    if text is None:  # an object or an array: by its canonical JSON
+        text = "json:" + orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    return secret_digest(f"{name}\0{text}")
+
+
+def argument_digests(names: tuple[str, ...], arguments: Mapping[str, Any]) -> ArgumentDigests:
+    """The digests of the named arguments the call has (`names` sorted)."""
+    return tuple((n, _value_digest(n, arguments[n])) for n in names if n in arguments)
+
+
+def removals(rule: ToolRule, arguments: Mapping[str, Any]) -> tuple[Removal, ...]:
+    """What a call of this write tool removes: each plain glob as it is, each `{tool,
+    match}` entry with the call's values — or, when the call lacks one of the matched
+    arguments (its value unknown here), every entry of that tool."""
+    found: list[Removal] = []
+    for entry in rule.invalidates:
+        if not isinstance(entry, ArgumentMatch):
+            found.append(entry)
+        elif all(name in arguments for name in entry.match):
+            names = tuple(sorted(entry.match))
+            found.append(MatchedRemoval(entry.tool, argument_digests(names, arguments)))
+        else:
+            found.append(entry.tool)
+    return tuple(found)
+
+
+def recorded_match(recorded: ArgumentDigests, wanted: ArgumentDigests) -> bool:
+    """Whether an entry filed with `recorded` may have been called with `wanted`: an
+    argument it has no digest of (absent from the call, or not recorded because no rule
+    named it when it was stored) counts as a match, so that doubt removes the entry."""
+    if not recorded:
+        return True
+    have = dict(recorded)
+    return all(have.get(name, digest) == digest for name, digest in wanted)
+
+
+def with_defaults(params: dict[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """`params` with each omitted top-level argument that has a known default set to it
+    (for the key only: the upstream receives the call as it was sent)."""
+    arguments = params.get("arguments")
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return params
+    missing = {name: value for name, value in defaults.items() if name not in arguments}
+    if not missing:
+        return params
+    return {**params, "arguments": {**missing, **arguments}}

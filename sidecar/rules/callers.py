@@ -1,0 +1,98 @@
+"""Who is asking, as the key sees it: the request headers the key depends on, and the
+digests of the ones present. Pure; `policy` builds keys from these."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+from ..config import Server
+from .headers import NOT_KEY_MATERIAL, forwarded
+from .key import secret_digest
+
+SESSION_HEADER: Final = "mcp-session-id"
+PROTOCOL_HEADER: Final = "mcp-protocol-version"
+ROUTING_HEADERS: Final = frozenset({"mcp-method", "mcp-name"})
+
+
+def keyed_headers(
+    server: Server, headers: Mapping[str, str], hidden: frozenset[str] = frozenset()
+) -> frozenset[str]:
+    """Every request header the key depends on: each one present that reaches the
+    upstream (`hidden`: those a `Connection` header keeps from it), but for the few that
+    cannot carry identity or change the answer and the server's `ignoreHeaders`; and the
+    identity headers, the session and the version whether present or not."""
+    cache = server.cache
+    return _keyed(cache.identity_headers, cache.ignore_headers, tuple(headers), hidden)
+
+
+@functools.lru_cache(maxsize=512)
+def _keyed(
+    identity_headers: tuple[str, ...],
+    ignored: tuple[str, ...],
+    present: tuple[str, ...],
+    hidden: frozenset[str],
+) -> frozenset[str]:
+    # Memoised: a client sends the same header names on every call.
+    material = {
+        name
+        for name in present
+        if forwarded(name)
+        and name not in NOT_KEY_MATERIAL
+        and name not in ignored
+        and name not in hidden
+    }
+    return frozenset({*material, *identity_headers, SESSION_HEADER, PROTOCOL_HEADER})
+
+
+@functools.lru_cache(maxsize=64)
+def unambiguous_headers(identity_headers: tuple[str, ...]) -> frozenset[str]:
+    """Headers a request must send at most once and must not hide behind `Connection`:
+    the credentials, the session and the version (servers differ in which copy of a
+    repeated credential they read), and the routing headers. Any other keyed header is
+    keyed on exactly as sent, every copy in order."""
+    return frozenset({*identity_headers, SESSION_HEADER, PROTOCOL_HEADER, *ROUTING_HEADERS})
+
+
+def extra_keyed_headers(server: Server, keyed: frozenset[str]) -> frozenset[str]:
+    """The keyed headers beyond the identity headers, the session and the version: what
+    an operator looks at when calls that should hit keep missing."""
+    return keyed - unambiguous_headers(server.cache.identity_headers)
+
+
+def identity(
+    server: Server,
+    headers: Mapping[str, str],
+    keyed: frozenset[str],
+    raw_headers: Sequence[tuple[str, str]] = (),
+) -> dict[str, str]:
+    """Who is asking, as key material: a digest of each keyed header present (any of
+    them may be a credential, the session id too) and the protocol version as it is. A
+    header sent more than once (`raw_headers`) is keyed on every copy in order, so that
+    two copies never share an entry with one header holding both values."""
+    material = {
+        f"header:{name}": secret_digest(headers[name])
+        for name in keyed
+        if name in headers and name != PROTOCOL_HEADER
+    }
+    if len(raw_headers) > len(headers):
+        copies: dict[str, list[str]] = {}
+        for name, value in raw_headers:
+            copies.setdefault(name.lower(), []).append(value)
+        for name, values in copies.items():
+            if len(values) > 1 and f"header:{name}" in material:
+                material[f"header:{name}"] = secret_digest("\n".join(values))
+    if PROTOCOL_HEADER in headers:
+        material["protocol"] = headers[PROTOCOL_HEADER]
+    return material
+
+
+@functools.lru_cache(maxsize=64)
+def public_keyed(keyed: frozenset[str], identity_headers: tuple[str, ...]) -> frozenset[str]:
+    """The keyed headers of an entry for every caller: all but the identity headers and
+    the legacy session. Every other header stays, known or not (fail closed): a header
+    the operator has not named may still carry who is asking or change the answer, and a
+    caller who sends one must not meet entries made without it (`ignoreHeaders` is the
+    way to share across a header)."""
+    return keyed - frozenset(identity_headers) - {SESSION_HEADER}

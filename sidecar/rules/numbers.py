@@ -1,0 +1,65 @@
+"""Numbers a parsed message may not keep exactly: such a request is never looked up,
+such an answer never stored (two different values would share one entry). Pure."""
+
+from __future__ import annotations
+
+import decimal
+import json
+import re
+from typing import Final
+
+
+def _number_shapes() -> bytes:
+    table = bytearray(range(256))
+    for char in b"0123456789.":
+        table[char] = ord("0")
+    table[ord("E")] = ord("e")
+    table[ord("+")] = ord("-")
+    return bytes(table)
+
+
+_NUMBER_SHAPES: Final = _number_shapes()
+"""A translation that makes every digit and dot `0`, every exponent mark `e` and every
+sign `-`, so that the shapes of numbers a double may not hold are plain substrings."""
+_LONG_RUN: Final = re.compile(b"0" * 16)
+"""Sixteen digits or dots in a row: more significant digits than a double keeps."""
+_LONG_EXPONENT: Final = re.compile(rb"e-?000")
+"""A three-digit exponent: past a double's range (`1e400`) or below it (`1e-400`).
+
+Both are searched in the translated bytes as patterns that begin with a literal, which
+the regular-expression engine finds many times faster than a character class."""
+_INT64_MIN, _UINT64_END = -(1 << 63), 1 << 64
+
+
+def has_inexact_number(raw: bytes) -> bool:
+    """Whether the body holds a number the parsed message does not keep exactly.
+
+    Parsed numbers are doubles and 64-bit integers: `0.10000000000000000555` reads as
+    `0.1`, `18446744073709551617` as a double and `1e-400` as `0.0`, so two different
+    requests would look the same. Such requests are never looked up. The exact re-read
+    with `Decimal` only runs when a long run of digits or a long exponent is present at
+    all; looking for them is a byte translation and two searches.
+    """
+    shapes = raw.translate(_NUMBER_SHAPES)
+    if _LONG_RUN.search(shapes) is None and _LONG_EXPONENT.search(shapes) is None:
+        return False
+    inexact = False
+
+    def exact_float(text: str) -> float:
+        nonlocal inexact
+        value = decimal.Decimal(text)
+        if not value.is_finite() or decimal.Decimal(repr(float(value))) != value:
+            inexact = True
+        return 0.0
+
+    def exact_int(text: str) -> int:
+        nonlocal inexact
+        if not _INT64_MIN <= int(text) < _UINT64_END:
+            inexact = True
+        return 0
+
+    try:
+        json.loads(raw, parse_float=exact_float, parse_int=exact_int)
+    except ValueError:
+        return True
+    return inexact

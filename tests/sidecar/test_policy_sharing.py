@@ -1,0 +1,362 @@
+"""The policy's rules on argument values and on entries for every caller, as pure
+functions: `skipIf`, argument digests and matched removals, certain schema defaults,
+public keys, and what a public answer may be filed under or shared with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from mcpcache.sidecar.cache.store import Scope
+from mcpcache.sidecar.config import Server, ServerCache
+from mcpcache.sidecar.rules import answers, arguments, policy
+from mcpcache.sidecar.rules.hints import ToolHints
+from mcpcache.sidecar.rules.messages import Message, Verdict
+from mcpcache.sidecar.rules.schema_defaults import certain_defaults
+
+PROTOCOL = {"mcp-protocol-version": "2026-07-28"}
+
+
+def server(**cache: Any) -> Server:
+    return Server.model_validate(
+        {"name": "s", "url": "http://u/mcp", "cache": {"enabled": True, **cache}}
+    )
+
+
+def call(tool: str, args: dict[str, Any] | None = None) -> Message:
+    params: dict[str, Any] = {"name": tool}
+    if args is not None:
+        params["arguments"] = args
+    return Message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
+
+
+def read(uri: str) -> Message:
+    return Message({"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {"uri": uri}})
+
+
+def plan(s: Server, message: Message, headers: dict[str, str], hints: ToolHints | None = None):
+    headers = {**PROTOCOL, **headers}
+    return policy.plan(s, message, headers, list(headers.items()), "app", hints)
+
+
+@pytest.mark.parametrize(
+    ("value", "skipped"),
+    [("latest", True), ("Latest", True), ("nightly", True), ("4.2", False), (None, False)],
+)
+def test_skip_if_names_values_compared_as_text(value: Any, skipped: bool) -> None:
+    s = server(tools=[{"name": "get_*", "skipIf": {"version": ["latest", "nightly"]}}])
+    decided = plan(s, call("get_release", {"version": value}), {})
+    assert isinstance(decided, policy.Bypass) is skipped
+    if skipped:
+        assert (decided.fwd, decided.detail) == ("bypass", "skip-if")
+
+
+def test_skip_if_compares_numbers_and_their_text_alike() -> None:
+    s = server(tools=[{"name": "t", "skipIf": {"n": 7, "on": True}}])
+    for args in ({"n": 7}, {"n": "7"}, {"n": 7.0}, {"on": "true"}):
+        assert isinstance(plan(s, call("t", args), {}), policy.Bypass), args
+    assert isinstance(plan(s, call("t", {"n": 8, "on": False}), {}), policy.Lookup)
+
+
+def test_matched_removal_carries_digests_never_values() -> None:
+    s = server(
+        tools=[
+            {
+                "name": "create_issue",
+                "invalidates": ["x", {"tool": "list_*", "match": ["repo", "owner"]}],
+            }
+        ]
+    )
+    decided = plan(s, call("create_issue", {"owner": "Octo", "repo": "hello"}), {})
+    assert isinstance(decided, policy.Bypass)
+    glob, matched = decided.invalidates
+    assert glob == "x"
+    assert isinstance(matched, arguments.MatchedRemoval)
+    assert [name for name, _ in matched.values] == ["owner", "repo"]
+    assert "Octo" not in repr(matched)
+    assert "hello" not in repr(matched)
+
+
+def test_an_entry_records_the_values_writes_match_on_and_a_write_finds_it() -> None:
+    s = server(
+        tools=[
+            {
+                "name": "create_issue",
+                "invalidates": [{"tool": "list_issues", "match": ["owner", "repo"]}],
+            }
+        ]
+    )
+    entry = plan(s, call("list_issues", {"owner": "octo", "repo": "hello", "page": 2}), {})
+    assert isinstance(entry, policy.Lookup)
+    assert [name for name, _ in entry.scope.arguments] == ["owner", "repo"]
+
+    def removes(write_args: dict[str, Any]) -> bool:
+        write = plan(s, call("create_issue", write_args), {})
+        assert isinstance(write, policy.Bypass)
+        removal = write.invalidates[0]
+        if isinstance(removal, str):
+            return True
+        return arguments.recorded_match(entry.scope.arguments, removal.values)
+
+    assert removes({"owner": "octo", "repo": "hello"})
+    assert removes({"owner": "OCTO", "repo": "Hello"}), "case does not tell repositories apart"
+    assert not removes({"owner": "octo", "repo": "other"})
+    assert removes({"owner": "octo"}), "a write without a matched argument removes them all"
+
+
+def test_an_entry_without_a_recorded_value_is_removed_in_doubt() -> None:
+    wanted = arguments.argument_digests(("owner",), {"owner": "a"})
+    assert arguments.recorded_match((), wanted)
+    other = arguments.argument_digests(("repo",), {"repo": "b"})
+    assert arguments.recorded_match(other, wanted)
+
+
+def test_an_unrelated_tool_records_no_argument_values() -> None:
+    s = server(tools=[{"name": "w", "invalidates": [{"tool": "list_issues", "match": ["owner"]}]}])
+    decided = plan(s, call("search", {"owner": "a"}), {})
+    assert isinstance(decided, policy.Lookup)
+    assert decided.scope.arguments == ()
+
+
+PLAIN = {
+    "type": "object",
+    "properties": {"q": {"type": "string"}, "limit": {"type": "integer", "default": 10}},
+    "required": ["q"],
+}
+
+
+@pytest.mark.parametrize(
+    ("schema", "defaults"),
+    [
+        (PLAIN, {"limit": 10}),
+        ({**PLAIN, "$ref": "#/$defs/x"}, {}),
+        ({**PLAIN, "anyOf": [{"required": ["limit"]}]}, {}),
+        ({**PLAIN, "if": {}, "then": {}}, {}),
+        ({**PLAIN, "patternProperties": {"^l": {"default": 3}}}, {}),
+        ({**PLAIN, "type": "array"}, {}),
+        ({"properties": {"c": {"$ref": "#/$defs/C", "default": "red"}}}, {}),
+        (
+            {
+                "properties": {
+                    "c": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None}
+                }
+            },
+            {},
+        ),
+        ({"properties": {"c": {"type": "string", "default": 5}}}, {}),
+        ({"properties": {"c": {"type": "integer", "default": True}}}, {}),
+        ({"properties": {"c": {"enum": ["a", "b"], "default": "z"}}}, {}),
+        ({"properties": {"c": {"type": "string", "default": "a"}}, "required": ["c"]}, {}),
+        ({"properties": {"c": {"type": "array", "items": {"$ref": "#/x"}, "default": []}}}, {}),
+        ({"properties": {"c": {"type": ["string", "null"], "default": None}}}, {"c": None}),
+        ("not a schema", {}),
+    ],
+)
+def test_only_defaults_read_with_certainty_are_used(schema: Any, defaults: dict[str, Any]) -> None:
+    assert certain_defaults(schema) == defaults
+
+
+def listing(schema: Any) -> dict[str, Any]:
+    return {"tools": [{"name": "search", "inputSchema": schema}]}
+
+
+def test_filled_defaults_make_an_omitted_argument_key_like_its_explicit_default() -> None:
+    s = server(fillSchemaDefaults=True)
+    hints = ToolHints()
+    hints.learn("s", listing(PLAIN))
+    keys = {
+        plan(s, call("search", args), {}, hints).key  # type: ignore[union-attr]
+        for args in ({"q": "x"}, {"q": "x", "limit": 10})
+    }
+    assert len(keys) == 1
+    assert plan(s, call("search", {"q": "x", "limit": 11}), {}, hints).key not in keys  # type: ignore[union-attr]
+    assert plan(s, call("search", {"q": "x"}), {}, ToolHints()).key not in keys  # type: ignore[union-attr]
+    off = server()
+    assert plan(off, call("search", {"q": "x"}), {}, hints).key not in keys  # type: ignore[union-attr]
+
+
+def test_listings_that_disagree_leave_a_tool_with_no_defaults_until_forgotten() -> None:
+    hints = ToolHints()
+    hints.learn("s", listing(PLAIN))
+    other = {
+        **PLAIN,
+        "properties": {**PLAIN["properties"], "limit": {"type": "integer", "default": 20}},
+    }
+    hints.learn("s", listing(other))
+    assert hints.defaults("s", "search") == {}
+    hints.learn("s", listing(PLAIN))
+    assert hints.defaults("s", "search") == {}
+    hints.forget("s")
+    hints.learn("s", listing(PLAIN))
+    assert hints.defaults("s", "search") == {"limit": 10}
+
+
+def test_listings_that_differ_only_in_json_type_disagree() -> None:
+    hints = ToolHints()
+    hints.learn("s", listing({"properties": {"a": {"default": 1}}}))
+    hints.learn("s", listing({"properties": {"a": {"default": True}}}))
+    assert hints.defaults("s", "search") == {}
+
+
+def test_a_public_key_drops_identity_and_session_but_keeps_every_other_header() -> None:
+    s = server(tools=[{"name": "search", "scope": "public"}])
+    alice = plan(s, call("search", {"q": "x"}), {"authorization": "a", "mcp-session-id": "1"})
+    bob = plan(s, call("search", {"q": "x"}), {"authorization": "b", "cookie": "c"})
+    tenant = plan(s, call("search", {"q": "x"}), {"authorization": "b", "x-tenant": "t"})
+    assert isinstance(alice, policy.Lookup)
+    assert isinstance(bob, policy.Lookup)
+    assert isinstance(tenant, policy.Lookup)
+    assert alice.key == bob.key != tenant.key
+    assert alice.scope.public
+    assert alice.session == ""
+    assert "authorization" not in alice.keyed
+    assert "mcp-session-id" not in alice.keyed
+
+
+def test_a_public_key_never_equals_a_private_key_not_even_an_anonymous_callers() -> None:
+    """The attack: an entry stored for a caller who sent no credential (private, as the
+    server marked it) is keyed on no identity at all; were the public key the same, a
+    rule made public later, or `trustPublicHints`, would hand it to everyone."""
+    private = plan(server(), call("search", {"q": "x"}), {})
+    public = plan(
+        server(tools=[{"name": "search", "scope": "public"}]), call("search", {"q": "x"}), {}
+    )
+    assert isinstance(private, policy.Lookup)
+    assert isinstance(public, policy.Lookup)
+    assert private.key != public.key
+    hinted = plan(server(trustPublicHints=True), read("doc://x"), {})
+    anonymous = plan(server(), read("doc://x"), {})
+    assert isinstance(hinted, policy.Lookup)
+    assert isinstance(anonymous, policy.Lookup)
+    assert hinted.key == anonymous.key != hinted.public_key
+
+
+def test_a_public_key_keeps_every_copy_of_a_repeated_header() -> None:
+    """The attack: alice sends a header twice (the upstream sees both copies) and bob
+    once, with the value the parsed headers hold; they must not meet on a public key."""
+    s = server(trustPublicHints=True, tools=[{"name": "search", "scope": "public"}])
+    for message in (read("doc://x"), call("search", {})):
+        twice = [("x-variant", "a"), ("x-variant", "b"), *PROTOCOL.items()]
+        alice = policy.plan(s, message, {**PROTOCOL, "x-variant": "b"}, twice, "app")
+        bob = plan(s, message, {"x-variant": "b"})
+        assert isinstance(alice, policy.Lookup)
+        assert isinstance(bob, policy.Lookup)
+        assert (alice.public_key or alice.key) != (bob.public_key or bob.key)
+
+
+def test_only_the_six_scoped_results_get_a_public_key_and_only_when_trusted() -> None:
+    trusted = server(trustPublicHints=True, metadataTTL="1m")
+    assert plan(trusted, read("doc://x"), {}).public_key  # type: ignore[union-attr]
+    assert not plan(trusted, call("search", {}), {}).public_key  # type: ignore[union-attr]
+    assert not plan(server(), read("doc://x"), {}).public_key  # type: ignore[union-attr]
+
+
+def lookup_for(s: Server, message: Message, headers: dict[str, str]) -> policy.Lookup:
+    decided = plan(s, message, headers)
+    assert isinstance(decided, policy.Lookup)
+    return decided
+
+
+@pytest.mark.parametrize(
+    ("scope", "headers", "public"),
+    [
+        ("public", {}, True),
+        ("private", {}, False),
+        (None, {}, False),
+        ("public", {"vary": "Authorization"}, False),
+        ("public", {"vary": "mcp-session-id"}, False),
+        ("public", {"vary": "accept"}, True),
+        ("public", {"set-cookie": "a=b"}, False),
+    ],
+)
+def test_a_result_is_filed_for_everyone_only_as_marked_and_when_nothing_says_otherwise(
+    scope: Any, headers: dict[str, str], public: bool
+) -> None:
+    s = server(trustPublicHints=True)
+    lookup = lookup_for(s, read("doc://x"), {"authorization": "alice"})
+    filed = answers.filing(s, lookup, Verdict(None, b"{}", scope=scope), headers)
+    assert (filed.key == lookup.public_key) is public
+    assert filed.scope.public is public
+    assert (filed.key == lookup.key) is not public
+
+
+def test_a_result_of_a_public_tool_the_server_marks_private_is_not_stored() -> None:
+    s = server(tools=[{"name": "search", "scope": "public"}])
+    lookup = lookup_for(s, call("search", {}), {})
+    assert answers.scoped(lookup, Verdict(None, b"{}", scope="private"), {}).reason == (
+        "private_result"
+    )
+    assert answers.scoped(lookup, Verdict(None, b"{}"), {"set-cookie": "a"}).reason == (
+        "private_result"
+    )
+    assert answers.scoped(lookup, Verdict(None, b"{}"), {}).reason is None
+    own = lookup_for(server(), call("search", {}), {})
+    assert answers.scoped(own, Verdict(None, b"{}", scope="private"), {}).reason is None
+
+
+@pytest.mark.parametrize("reason", ["error", "tool_error", "ttl_zero", "over_budget"])
+def test_followers_on_a_public_key_share_only_a_stored_answer(reason: Any) -> None:
+    """The attack: bob's identical call waits on alice's; alice's error (which may name
+    her) is not bob's answer when their key is one for every caller."""
+    verdict = Verdict(reason)
+    assert answers.follower_share(200, verdict, True, True) == "answer"
+    assert answers.follower_share(200, verdict, True, True, public=True) == "alone"
+    assert answers.follower_share(200, Verdict(None), True, True, public=True) == "answer"
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"name": "w", "enabled": False, "scope": "public"},
+        {"name": "w", "invalidates": ["r"], "skipIf": {"v": "latest"}},
+        {"name": "w", "scope": "everyone"},
+        {"name": "w", "skipIf": {"v": []}},
+        {"name": "w", "skipIf": {"v": {"nested": 1}}},
+        {"name": "w", "invalidates": [{"tool": "r", "match": []}]},
+        {"name": "w", "invalidates": [{"tool": "r"}]},
+        {"name": "w", "invalidates": [{"tool": "r", "match": ["a", "a"]}]},
+    ],
+)
+def test_rules_that_cannot_mean_anything_are_refused(rule: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        ServerCache.model_validate({"tools": [rule]})
+
+
+def test_the_scope_of_an_entry_is_public_only_for_public_rules() -> None:
+    assert Scope("s").public is False
+
+
+def listing_with_default(owner: str) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {"owner": {"type": "string", "default": owner}}}
+    return {"tools": [{"name": "list_repos", "inputSchema": schema}]}
+
+
+def test_a_default_learned_from_one_callers_listing_never_fills_a_public_key() -> None:
+    # Alice's listing says `owner` defaults to "alice" (a server that defaults to the
+    # logged-in user); Bob's omitted owner means his own repositories.
+    s = server(fillSchemaDefaults=True, tools=[{"name": "list_repos", "scope": "public"}])
+    hints = ToolHints()
+    hints.learn("s", listing_with_default("alice"))
+    alice = plan(s, call("list_repos", {"owner": "alice"}), {"authorization": "alice"}, hints)
+    bob = plan(s, call("list_repos", {}), {"authorization": "bob"}, hints)
+    assert isinstance(alice, policy.Lookup)
+    assert isinstance(bob, policy.Lookup)
+    assert alice.key != bob.key
+
+
+def test_a_public_rule_keeps_callers_apart_when_the_protocol_version_is_unknown() -> None:
+    # A session without the version header: its version is whatever it negotiated.
+    s = server(tools=[{"name": "search", "scope": "public"}])
+    old = {"authorization": "a", "mcp-session-id": "negotiated-2024-11-05"}
+    new = {"authorization": "b", "mcp-session-id": "negotiated-2025-03-26"}
+    keys = [
+        policy.plan(s, call("search", {"q": "x"}), h, list(h.items()), "app", None)
+        for h in (old, new)
+    ]
+    assert all(isinstance(k, policy.Lookup) for k in keys)
+    assert keys[0].key != keys[1].key  # type: ignore[union-attr]
+    with_version = plan(s, call("search", {"q": "x"}), {"authorization": "a"})
+    assert isinstance(with_version, policy.Lookup)
+    assert with_version.scope.public, "with the version header the rule still shares"

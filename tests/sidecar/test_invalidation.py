@@ -12,6 +12,7 @@ from mcpcache.sidecar.cache.store import ResponseCache, Scope
 from mcpcache.sidecar.config import parse_config
 from mcpcache.sidecar.metrics import Metrics
 from mcpcache.sidecar.proxy.invalidation import Invalidator
+from mcpcache.sidecar.rules.arguments import MatchedRemoval, argument_digests
 from mcpcache.sidecar.rules.hints import ToolHints
 from mcpcache.sidecar.rules.notices import Notice
 
@@ -163,3 +164,32 @@ def test_a_purge_by_marker_is_logged_with_its_server_and_count(
     (record,) = [r for r in caplog.records if r.name == "mcpcache.sidecar"]
     assert record.getMessage() == "purge marker changed; entries dropped"
     assert (record.server, record.removed) == ("s", 9)  # type: ignore[attr-defined]
+
+
+def test_a_matched_write_drops_only_the_entries_filed_with_its_values() -> None:
+    """Entries of `list_issues` are filed with the digests of `owner` and `repo`; a write
+    matching on them drops the entries with the same values, and those it cannot tell
+    apart (no digest recorded), for every caller — and plain globs still apply."""
+    cache = ResponseCache(100, 1 << 20, lambda: 0.0)
+    names = ("owner", "repo")
+    ours = argument_digests(names, {"owner": "acme", "repo": "api"})
+    theirs = argument_digests(names, {"owner": "acme", "repo": "web"})
+    filed = {
+        "ours-alice": Scope("s", tool="list_issues", arguments=ours),
+        "ours-public": Scope("s", tool="list_issues", arguments=ours, public=True),
+        "theirs": Scope("s", tool="list_issues", arguments=theirs),
+        "unknown": Scope("s", tool="list_issues"),
+        "other-tool": Scope("s", tool="get_issue", arguments=ours),
+        "search": Scope("s", tool="search_docs"),
+        "readme": Scope("s", uri="file:///readme"),
+    }
+    for key, scope in filed.items():
+        cache.store(key, b"{}", False, 60, scope=scope)
+    metrics = Metrics()
+    invalidator = Invalidator(cache, metrics, ToolHints())
+    removal = MatchedRemoval("list_*", ours)
+    assert invalidator.tools("s", [removal, "search_*"], "write") == 4
+    assert set(cache) == {"theirs", "other-tool", "readme"}
+    assert invalidator.epoch("s") == 1
+    assert invalidator.tools("s", [MatchedRemoval("nothing_*", ours)], "write") == 0
+    assert set(cache) == {"theirs", "other-tool", "readme"}

@@ -23,21 +23,24 @@ python=${PYTHON:-python3}
 MUTMUT_VERSION=3.8.1
 ALL=(
   rules/key rules/policy rules/answers cache/store rules/messages rules/capture config/units
-  config/fields config/servers config/model rules/sse rules/headers rules/session_ids
-  rules/hints rules/notices upstream/flights proxy/invalidation tiers/redis_tier app/admin
+  config/fields config/servers config/tools config/model rules/sse rules/headers
+  rules/session_ids rules/hints rules/notices rules/arguments rules/callers rules/numbers
+  rules/schema_defaults upstream/flights proxy/invalidation tiers/redis_tier app/admin
   operator/resource operator/configmap operator/status operator/injection
 )
 # The fast unit tests that pin these modules down (no sockets, no subprocesses), by their
 # path under tests/.
 TESTS=(
   sidecar/test_key.py sidecar/test_key_form.py sidecar/test_policy.py
-  sidecar/test_policy_rules.py sidecar/test_store.py sidecar/test_store_properties.py
-  sidecar/test_units.py sidecar/test_config.py sidecar/test_sse.py sidecar/test_messages.py
-  sidecar/test_headers.py sidecar/test_capture.py sidecar/test_value_forms.py
-  sidecar/test_event_bounds.py sidecar/test_store_rules.py sidecar/test_config_tiers.py
-  sidecar/test_session_ids.py sidecar/test_hints_and_notices.py sidecar/test_flights.py
-  sidecar/test_invalidation.py sidecar/test_tier_values.py sidecar/test_admin_requests.py
-  operator/test_resource_rules.py operator/test_status_rules.py operator/test_injection_rules.py
+  sidecar/test_policy_rules.py sidecar/test_policy_sharing.py sidecar/test_store.py
+  sidecar/test_store_properties.py sidecar/test_units.py sidecar/test_config.py
+  sidecar/test_sse.py sidecar/test_messages.py sidecar/test_headers.py
+  sidecar/test_capture.py sidecar/test_value_forms.py sidecar/test_event_bounds.py
+  sidecar/test_store_rules.py sidecar/test_config_tiers.py sidecar/test_session_ids.py
+  sidecar/test_hints_and_notices.py sidecar/test_flights.py sidecar/test_invalidation.py
+  sidecar/test_tier_values.py sidecar/test_admin_requests.py
+  operator/test_resource_rules.py operator/test_status_rules.py
+  operator/test_injection_rules.py
 )
 
 fresh=0

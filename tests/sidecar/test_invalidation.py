@@ -174,14 +174,14 @@ def test_a_matched_write_drops_only_the_entries_filed_with_its_values() -> None:
     names = ("owner", "repo")
     ours = argument_digests(names, {"owner": "acme", "repo": "api"})
     theirs = argument_digests(names, {"owner": "acme", "repo": "web"})
-    filed = {
+    filed = {  # a scope of no tool first: the scan goes on past it
+        "readme": Scope("s", uri="file:///readme"),
         "ours-alice": Scope("s", tool="list_issues", arguments=ours),
         "ours-public": Scope("s", tool="list_issues", arguments=ours, public=True),
         "theirs": Scope("s", tool="list_issues", arguments=theirs),
         "unknown": Scope("s", tool="list_issues"),
         "other-tool": Scope("s", tool="get_issue", arguments=ours),
         "search": Scope("s", tool="search_docs"),
-        "readme": Scope("s", uri="file:///readme"),
     }
     for key, scope in filed.items():
         cache.store(key, b"{}", False, 60, scope=scope)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every benchmark next to its baseline; see benchmarks/README.md. `--quick` for a
 # short smoke run. Results: benchmarks/results/latest.json and benchmarks.svg.
-# `run.sh shared [--quick]` runs the shared-tier benchmark (results/shared-tier.json).
+# `run.sh shared [--quick]` runs the shared-tier benchmark (results/shared-tier.json);
+# `run.sh shared-cluster [--quick]` the tier on Redis Cluster and Sentinel beside one
+# Redis, and their failovers (results/shared-cluster.json).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../.ci/env.sh"
 if ! command -v wrk >/dev/null 2>&1; then
@@ -17,5 +19,10 @@ if [ "${1:-}" = shared ]; then
   shift
   bash .ci/redis-server.sh
   exec python benchmarks/shared_tier.py "$@"
+fi
+if [ "${1:-}" = shared-cluster ]; then
+  shift
+  bash .ci/redis-server.sh
+  exec python benchmarks/shared_cluster.py "$@"
 fi
 exec python benchmarks/run_all.py "$@"

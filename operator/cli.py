@@ -16,15 +16,18 @@ from prometheus_client import start_http_server
 
 from mcpcache.sidecar.logs import configure_logging
 
-from .events import EventPoster
-from .handlers import INJECT_HANDLER_ID, build_registry
 from .health import HealthServer
-from .kubeapi import KubeAPI, load_configuration
-from .leader import LeaseElector, LeaseSettings
+from .kube import mcpservers
+from .kube.api import KubeAPI, load_configuration
+from .kube.configmaps import watches
+from .kube.events import EventPoster
+from .kube.lease import LeaseElector, LeaseSettings
 from .metrics import OperatorMetrics
-from .reconcile import NamespaceReconciler
+from .reconcile import Reconciler
+from .scheduling import NamespaceQueue
 from .settings import OperatorSettings
-from .watching import ClusterState, Watch, watches
+from .state import ClusterState
+from .webhook import INJECT_HANDLER_ID, build_registry
 
 logger = logging.getLogger("mcpcache.operator")
 
@@ -41,15 +44,16 @@ def quiet_logs() -> None:
     # Every health probe and admission would write an access-log line at INFO.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     # kopf logs "Handler ... succeeded." for every event it hands to a handler; the
-    # reconciler logs one line per pass over a namespace instead. Warnings stay.
+    # queue logs one line per pass over a namespace instead. Warnings stay.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     logging.getLogger("kopf.objects").addFilter(_ExpectedRefusals())
 
 
 def configure_kopf(settings: OperatorSettings, kopf_settings: kopf.OperatorSettings) -> None:
-    # kopf serves the webhook only (see `watching`): it watches nothing and posts no
-    # events. Watching given namespaces, the operator holds Roles there and no
-    # cluster-wide right, so kopf must not scan the cluster's CRDs either.
+    # kopf watches the MCPServers (see `kube.mcpservers`) and serves the webhook; the
+    # operator posts its own events. Watching given namespaces, the operator holds Roles
+    # there and no cluster-wide right, so kopf must not scan the cluster's CRDs either.
+    mcpservers.configure_watching(kopf_settings)
     kopf_settings.posting.enabled = False
     kopf_settings.scanning.disabled = bool(settings.namespaces)
     kopf_settings.networking.error_backoffs = [1, 2, 5, 10]
@@ -71,21 +75,33 @@ def _identity(settings: OperatorSettings) -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-async def _when_listed(watching: list[Watch], reconciler: NamespaceReconciler) -> None:
-    await asyncio.gather(*(w.listed.wait() for w in watching))
-    logger.info("listed", extra={"namespaces": len(list(reconciler.view.namespaces()))})
-    reconciler.all_listed()
+async def _when_listed(
+    listed: list[asyncio.Event], state: ClusterState, queue: NamespaceQueue
+) -> None:
+    await asyncio.gather(*(event.wait() for event in listed))
+    logger.info(
+        "listed",
+        extra={"namespaces": len(list(state.namespaces())), "mcpservers": state.server_count()},
+    )
+    queue.all_listed()
 
 
 async def run(settings: OperatorSettings, stop: asyncio.Event | None = None) -> None:
     metrics = OperatorMetrics()
     start_http_server(settings.metrics_port, registry=metrics.registry)
-    api = KubeAPI(load_configuration(), metrics)
+    configuration = load_configuration()
+    api = KubeAPI(configuration, metrics)
+    # The Lease has a client of its own: a renewal never waits behind the passes' writes.
+    lease_api = KubeAPI(configuration, metrics, connections=2)
     events = EventPoster(api)
-    reconciler = NamespaceReconciler(api, metrics, warn=events.warn, inform=events.info)
+    queue = NamespaceQueue(metrics)
+    reconciler = Reconciler(api, metrics, events.warn, events.info, queue.request)
     state = ClusterState(reconciler.server_changed, reconciler.configmap_changed)
     reconciler.view = state
+    queue.run_pass, queue.namespaces = reconciler.reconcile, state.namespaces
+    listing = mcpservers.ServerListing(api, state, settings.namespaces)
     registry = build_registry(settings, metrics)
+    mcpservers.register(registry, state, listing)
     kopf_settings = kopf.OperatorSettings()
     configure_kopf(settings, kopf_settings)
     lease = LeaseSettings(
@@ -96,7 +112,8 @@ async def run(settings: OperatorSettings, stop: asyncio.Event | None = None) -> 
         renew_deadline=settings.lease_renew_deadline,
         retry_period=settings.lease_retry_period,
     )
-    elector = LeaseElector(api, lease, metrics, reconciler.start_leading, reconciler.stop_leading)
+    elector = LeaseElector(lease_api, lease, metrics, queue.start_leading, queue.stop_leading)
+    reconciler.fence = elector.remaining
     health = HealthServer(
         settings.health_port, settings.webhook_port if settings.webhook_cert else None
     )
@@ -107,7 +124,9 @@ async def run(settings: OperatorSettings, stop: asyncio.Event | None = None) -> 
     logger.info("lease candidate", extra={"identity": lease.identity, "lease": lease.name})
     watching = watches(api, state, settings.namespaces)
     background = [asyncio.create_task(w.run()) for w in watching]
-    background.append(asyncio.create_task(_when_listed(watching, reconciler)))
+    background.append(asyncio.create_task(listing.run()))
+    listed = [w.listed for w in watching] + [listing.listed]
+    background.append(asyncio.create_task(_when_listed(listed, state, queue)))
     try:
         await kopf.operator(
             registry=registry,
@@ -124,12 +143,14 @@ async def run(settings: OperatorSettings, stop: asyncio.Event | None = None) -> 
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
-        reconciler.stop_leading()
-        await reconciler.close()
+        queue.stop_leading()
+        await queue.close()
         electing.cancel()
         await asyncio.gather(electing, return_exceptions=True)
         await health.stop()
+        await asyncio.wait_for(events.drain(), 5)
         await api.close()
+        await lease_api.close()
 
 
 def main(argv: Sequence[str] = ()) -> int:

@@ -27,8 +27,11 @@ from mcpcache.sidecar.config import (
     METRICS_HOST_ENV,
     METRICS_PORT_ENV,
     NAMESPACE_ENV,
+    SHARED_CACHE_CLUSTER_NODES_ENV,
     SHARED_CACHE_NAMESPACES_ENV,
     SHARED_CACHE_PASSWORD_ENV,
+    SHARED_CACHE_SENTINEL_MASTER_ENV,
+    SHARED_CACHE_SENTINEL_NODES_ENV,
     SHARED_CACHE_TIMEOUT_ENV,
     SHARED_CACHE_URL_ENV,
     SHARED_CACHE_USERNAME_ENV,
@@ -98,19 +101,27 @@ def _sidecar_env(app_id: str, settings: OperatorSettings) -> list[dict[str, Any]
 
 
 def _shared_cache_env(settings: OperatorSettings) -> list[dict[str, Any]]:
-    """The shared tier's settings, only when one is configured (off: the pod is as before).
+    """The shared tier's settings, only when one is configured (off: the pod is as before):
+    where Redis is (one URL, a cluster's nodes, or sentinels and the primary's name).
 
     The namespace comes from the pod itself (the downward API): the sidecar prefixes its
     Redis keys with it, and an ACL per namespace confines each to its prefix. The
     credentials come from a Secret in the pod's namespace, optional so that a namespace
     without one still starts (its sidecars then answer from memory and upstream)."""
-    url = settings.sidecar_shared_cache_url
-    if not url:
+    env: list[dict[str, Any]] = []
+    if url := settings.sidecar_shared_cache_url:
+        env.append({"name": SHARED_CACHE_URL_ENV, "value": url})
+    elif nodes := settings.sidecar_shared_cache_cluster_nodes:
+        env.append({"name": SHARED_CACHE_CLUSTER_NODES_ENV, "value": ",".join(nodes)})
+    elif sentinels := settings.sidecar_shared_cache_sentinel_nodes:
+        master = settings.sidecar_shared_cache_sentinel_master or ""
+        env.append({"name": SHARED_CACHE_SENTINEL_NODES_ENV, "value": ",".join(sentinels)})
+        env.append({"name": SHARED_CACHE_SENTINEL_MASTER_ENV, "value": master})
+    else:
         return []
-    env: list[dict[str, Any]] = [
-        {"name": SHARED_CACHE_URL_ENV, "value": url},
-        {"name": NAMESPACE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-    ]
+    env.append(
+        {"name": NAMESPACE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
+    )
     if settings.sidecar_shared_cache_timeout:
         env.append(
             {"name": SHARED_CACHE_TIMEOUT_ENV, "value": settings.sidecar_shared_cache_timeout}

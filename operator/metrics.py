@@ -32,9 +32,15 @@ class OperatorMetrics:
         )
         self.api_requests = Counter(
             "mcpcache_operator_api_requests",
-            "Requests the operator sent to the Kubernetes API itself (beside kopf's watches "
-            "and the events it posts), by HTTP method and resource.",
+            "Requests the operator sent to the Kubernetes API itself (beside kopf's list "
+            "and watch of MCPServers), by HTTP method and resource.",
             ["method", "resource"],
+            registry=self.registry,
+        )
+        self.relists = Counter(
+            "mcpcache_operator_relists",
+            "Listings of MCPServers the operator made after kopf listed them again (as it "
+            "does after a 410 Gone): what such a listing lacks was deleted unseen.",
             registry=self.registry,
         )
         self.leader = Gauge(
@@ -64,6 +70,7 @@ class OperatorMetrics:
             ("POST", "configmaps"),
             ("PUT", "configmaps"),
             ("PATCH", "mcpservers"),
+            ("GET", "mcpservers"),
             ("GET", "leases"),
             ("PUT", "leases"),
         ):

@@ -35,7 +35,7 @@ def purge_marker(annotations: Mapping[str, str] | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class Effective:
+class ResolvedServer:
     """What the sidecar will do for one MCPServer, or why it cannot."""
 
     server: Server | None
@@ -46,9 +46,9 @@ class Effective:
     """(rule, earlier rule) name pairs: tool rules that can never apply."""
 
 
-def effective_server(
+def resolve_server(
     name: str, spec: Mapping[str, Any], annotations: Mapping[str, str] | None = None
-) -> Effective:
+) -> ResolvedServer:
     endpoint = spec.get("endpoint", {}).get("streamableHTTP", {})
     cache = dict(spec.get("cache") or {})
     try:
@@ -68,9 +68,9 @@ def effective_server(
             f"{'.'.join(str(p) for p in error['loc']) or 'spec'}: {error['msg']}"
             for error in exc.errors()
         )
-        return Effective(None, error=problems)
+        return ResolvedServer(None, error=problems)
     shadowed = tuple((rule.name, earlier.name) for rule, earlier in requested.shadowed_rules())
-    return Effective(server, clamped_from, shadowed=shadowed)
+    return ResolvedServer(server, clamped_from, shadowed=shadowed)
 
 
 def ceiling_text() -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mcpcache.sidecar.config import DEFAULT_LISTEN_PORT as SIDECAR_LISTEN_PORT
 from mcpcache.sidecar.config import DEFAULT_METRICS_PORT as SIDECAR_METRICS_PORT
@@ -34,6 +34,11 @@ class OperatorSettings(BaseModel):
     """The injected sidecars' shared cache budget; None keeps the sidecar's default."""
     sidecar_shared_cache_url: str | None = None
     """The Redis every injected sidecar uses as its shared tier; None: memory only."""
+    sidecar_shared_cache_cluster_nodes: tuple[str, ...] = ()
+    """Or a Redis Cluster's seed nodes (`redis://host:port`, ...)."""
+    sidecar_shared_cache_sentinel_nodes: tuple[str, ...] = ()
+    """Or the sentinels of a Sentinel-managed primary, with its name below."""
+    sidecar_shared_cache_sentinel_master: str | None = None
     sidecar_shared_cache_timeout: str | None = None
     sidecar_shared_cache_namespaces: tuple[str, ...] = ()
     """Namespaces whose sidecars use the shared tier; empty means every namespace."""
@@ -57,6 +62,31 @@ class OperatorSettings(BaseModel):
     identity: str = ""
     """This replica's name in the Lease (the pod's name); empty: host, pid and a nonce."""
 
+    @model_validator(mode="after")
+    def _one_place_for_redis(self) -> Self:
+        """At most one of a URL, cluster nodes or sentinel nodes, refused at start-up
+        rather than in every injected pod (whose sidecar would refuse it too)."""
+        given = [
+            name
+            for name, value in (
+                ("url", self.sidecar_shared_cache_url),
+                ("cluster", self.sidecar_shared_cache_cluster_nodes),
+                ("sentinel", self.sidecar_shared_cache_sentinel_nodes),
+            )
+            if value
+        ]
+        if len(given) > 1:
+            raise ValueError(
+                "sidecar.sharedCache needs at most one of url, cluster or sentinel "
+                f"(found {' and '.join(given)})"
+            )
+        if (
+            self.sidecar_shared_cache_sentinel_nodes
+            and not self.sidecar_shared_cache_sentinel_master
+        ):
+            raise ValueError("sidecar.sharedCache.sentinel needs the primary's name (master)")
+        return self
+
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
         env = os.environ if environ is None else environ
@@ -70,6 +100,7 @@ class OperatorSettings(BaseModel):
             "MCPCACHE_SIDECAR_SHARED_CACHE_URL": "sidecar_shared_cache_url",
             "MCPCACHE_SIDECAR_SHARED_CACHE_TIMEOUT": "sidecar_shared_cache_timeout",
             "MCPCACHE_SIDECAR_SHARED_CACHE_SECRET": "sidecar_shared_cache_secret",
+            "MCPCACHE_SIDECAR_SHARED_CACHE_SENTINEL_MASTER": "sidecar_shared_cache_sentinel_master",
             "MCPCACHE_METRICS_PORT": "metrics_port",
             "MCPCACHE_HEALTH_PORT": "health_port",
             "MCPCACHE_WEBHOOK_PORT": "webhook_port",
@@ -90,6 +121,8 @@ class OperatorSettings(BaseModel):
         for variable, field in (
             ("MCPCACHE_NAMESPACES", "namespaces"),
             ("MCPCACHE_SIDECAR_SHARED_CACHE_NAMESPACES", "sidecar_shared_cache_namespaces"),
+            ("MCPCACHE_SIDECAR_SHARED_CACHE_CLUSTER_NODES", "sidecar_shared_cache_cluster_nodes"),
+            ("MCPCACHE_SIDECAR_SHARED_CACHE_SENTINEL_NODES", "sidecar_shared_cache_sentinel_nodes"),
         ):
             if listed := env.get(variable):
                 values[field] = tuple(n.strip() for n in listed.split(",") if n.strip())

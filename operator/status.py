@@ -9,7 +9,7 @@ from typing import Any
 from mcpcache.sidecar.config import ServerCache, ToolRule
 from mcpcache.sidecar.config.units import format_duration, format_quantity
 
-from .resource import Effective, ceiling_text
+from .resource import ResolvedServer, ceiling_text
 
 
 def _now() -> str:
@@ -74,7 +74,7 @@ def effective_tools(cache: ServerCache) -> list[dict[str, Any]]:
 
 
 def desired_status(
-    effective: Effective, generation: int, current: Mapping[str, Any] | None
+    effective: ResolvedServer, generation: int, current: Mapping[str, Any] | None
 ) -> dict[str, Any]:
     """The status to write, keeping transition times of conditions that did not flip."""
     previous = {c.get("type"): c for c in (current or {}).get("conditions", [])}
@@ -157,3 +157,42 @@ def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:
         return {**status, "conditions": conditions}
 
     return bool(strip(a) == strip(b))
+
+
+def status_events(
+    current: Mapping[str, Any],
+    desired: Mapping[str, Any],
+    generation: int,
+    effective: ResolvedServer,
+    namespace: str,
+) -> list[tuple[str, str, str]]:
+    """The events (type, reason, message) that writing `desired` over `current` calls
+    for: a condition newly True for this generation, an invalid spec, a new purge."""
+
+    def newly_true(kind: str) -> Mapping[str, Any] | None:
+        was = any(
+            c.get("type") == kind
+            and c.get("status") == "True"
+            and c.get("observedGeneration") == generation
+            for c in current.get("conditions", [])
+        )
+        now = next((c for c in desired["conditions"] if c["type"] == kind), None)
+        return now if now is not None and now["status"] == "True" and not was else None
+
+    events = []
+    for kind in ("MaxSizeClamped", "RulesShadowed"):
+        if (condition := newly_true(kind)) is not None:
+            events.append(("Warning", kind, str(condition["message"])))
+    if effective.server is None:
+        events.append(("Warning", "InvalidSpec", effective.error or "invalid spec"))
+    purge = desired.get("lastPurge")
+    if purge is not None and purge != current.get("lastPurge"):
+        events.append(
+            (
+                "Normal",
+                "PurgePropagated",
+                f"purge {purge!r} written to the sidecar configuration of namespace "
+                f"{namespace}: sidecars drop this server's entries as they reload it",
+            )
+        )
+    return events

@@ -207,14 +207,16 @@ class SharedMetrics:
         self.lookups = Counter(
             "mcpcache_shared_lookups",
             "Shared-tier lookups after a memory miss: hit, miss, refused (a value that "
-            "failed verification), error, or skipped (the breaker was open).",
+            "failed verification), error, skipped (the breaker was open, or a removal was "
+            "owed) or pool_full (every connection was busy: not counted against Redis).",
             ["result"],
             registry=registry,
         )
         self.stores = Counter(
             "mcpcache_shared_stores",
             "Writes of stored answers to the shared tier: stored, error, skipped (the "
-            "breaker was open) or dropped (too many writes already in flight).",
+            "breaker was open), pool_full (every connection was busy) or dropped (too many "
+            "writes already in flight).",
             ["result"],
             registry=registry,
         )
@@ -238,7 +240,7 @@ class SharedMetrics:
             states=["closed", "open", "half_open"],
             registry=registry,
         )
-        for result in ("hit", "miss", "refused", "error", "skipped"):
+        for result in ("hit", "miss", "refused", "error", "skipped", "pool_full"):
             self.lookups.labels(result)
-        for result in ("stored", "error", "skipped", "dropped"):
+        for result in ("stored", "error", "skipped", "pool_full", "dropped"):
             self.stores.labels(result)

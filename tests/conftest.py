@@ -19,6 +19,8 @@ from peers.operator import (
     install_operator_rbac,
 )
 from peers.paths import CHART, CRD
+from peers.rediscluster import RedisCluster
+from peers.redissentinel import RedisSentinel
 from peers.redisserver import RedisServer, redis_server_binary
 from peers.serving import ServedApp, served, wait_until
 from peers.sidecar import RunningSidecar
@@ -90,6 +92,38 @@ def own_redis_server() -> Iterator[RedisServer]:
     server = RedisServer(redis_server_binary()).start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """One real Redis Cluster for the run (3 primaries, 3 replicas); never failed over."""
+    cluster = RedisCluster(redis_server_binary()).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def own_redis_cluster() -> Iterator[RedisCluster]:
+    """A Redis Cluster of the test's own, for a test that kills a primary."""
+    cluster = RedisCluster(redis_server_binary()).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel() -> Iterator[RedisSentinel]:
+    """One Sentinel-managed Redis for the run (a primary, a replica, three sentinels)."""
+    deployment = RedisSentinel(redis_server_binary()).start()
+    yield deployment
+    deployment.stop()
+
+
+@pytest.fixture
+def own_redis_sentinel() -> Iterator[RedisSentinel]:
+    """A Sentinel-managed Redis of the test's own, for a test that kills the primary."""
+    deployment = RedisSentinel(redis_server_binary()).start()
+    yield deployment
+    deployment.stop()
 
 
 SidecarFactory = Callable[..., RunningSidecar]
@@ -206,6 +240,10 @@ PEER_MARKERS = {
     "prometheus_bin": "prometheus",
     "redis_server": "redis",
     "own_redis_server": "redis",
+    "redis_cluster": "redis",
+    "own_redis_cluster": "redis",
+    "redis_sentinel": "redis",
+    "own_redis_sentinel": "redis",
     "ts_server": "typescript",
 }
 """Fixtures that start a slow or external peer, and the marker a test using one gets."""

@@ -25,7 +25,7 @@ ALL=(
   rules/key rules/policy rules/answers cache/store rules/messages rules/capture config/units
   config/fields config/servers config/tools config/model rules/sse rules/headers
   rules/session_ids rules/hints rules/notices rules/arguments rules/callers rules/numbers
-  rules/schema_defaults upstream/flights proxy/invalidation tiers/redis_tier app/admin
+  rules/schema_defaults upstream/flights proxy/invalidation tiers/codec tiers/breaker app/admin
   operator/resource operator/configmap operator/status operator/injection
 )
 # The fast unit tests that pin these modules down (no sockets, no subprocesses), by their

@@ -30,7 +30,7 @@ from ..proxy.invalidation import Invalidator
 from ..proxy.router import Proxy
 from ..rules.hints import ToolHints
 from ..rules.messages import INVALID_REQUEST
-from ..tiers.redis_tier import SharedTier
+from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamClient
 from .admin import Admin
 from .reload import ConfigSource
@@ -55,9 +55,9 @@ class Sidecar:
         )
         self.metrics.watch_cache(self.cache)
         self.client = UpstreamClient()
-        self.shared: SharedTier | None = None
+        self.shared: RedisTier | None = None
         if current.shared_cache is not None:
-            self.shared = SharedTier(current.shared_cache, SharedMetrics(self.metrics.registry))
+            self.shared = RedisTier(current.shared_cache, SharedMetrics(self.metrics.registry))
         self.invalidator = Invalidator(
             self.cache, self.metrics, ToolHints(), on_drop=self._drop_shared
         )

@@ -3,8 +3,8 @@
 This is the single source of truth for the config format. The operator imports it to
 write each namespace's ConfigMap, so what the operator writes is, by construction, what
 the sidecar reads. `fields` holds the limits and value types, `servers` one server's
-block, `model` the whole file with its environment overrides, `files` the reading and
-writing; everything public is importable from here.
+block, `shared` the shared tier's, `model` the whole file with its environment overrides,
+`files` the reading and writing; everything public is importable from here.
 """
 
 from .fields import (
@@ -47,20 +47,27 @@ from .model import (
     LISTEN_PORT_ENV,
     METRICS_HOST_ENV,
     METRICS_PORT_ENV,
-    NAMESPACE_ENV,
-    SHARED_CACHE_NAMESPACES_ENV,
-    SHARED_CACHE_PASSWORD_ENV,
-    SHARED_CACHE_TIMEOUT_ENV,
-    SHARED_CACHE_URL_ENV,
-    SHARED_CACHE_USERNAME_ENV,
     Address,
     CacheLimits,
-    SharedCache,
     SidecarConfig,
 )
 from .servers import (
     Server,
     ServerCache,
+)
+from .shared import (
+    NAMESPACE_ENV,
+    SHARED_CACHE_CLUSTER_NODES_ENV,
+    SHARED_CACHE_NAMESPACES_ENV,
+    SHARED_CACHE_PASSWORD_ENV,
+    SHARED_CACHE_SENTINEL_MASTER_ENV,
+    SHARED_CACHE_SENTINEL_NODES_ENV,
+    SHARED_CACHE_TIMEOUT_ENV,
+    SHARED_CACHE_URL_ENV,
+    SHARED_CACHE_USERNAME_ENV,
+    ClusterNodes,
+    SentinelNodes,
+    SharedCache,
 )
 from .tools import (
     ArgumentMatch,
@@ -103,20 +110,25 @@ __all__ = [
     "METRICS_PORT_ENV",
     "NAMESPACE_ENV",
     "SERVERS_FILE_KEYS",
+    "SHARED_CACHE_CLUSTER_NODES_ENV",
     "SHARED_CACHE_NAMESPACES_ENV",
     "SHARED_CACHE_PASSWORD_ENV",
+    "SHARED_CACHE_SENTINEL_MASTER_ENV",
+    "SHARED_CACHE_SENTINEL_NODES_ENV",
     "SHARED_CACHE_TIMEOUT_ENV",
     "SHARED_CACHE_URL_ENV",
     "SHARED_CACHE_USERNAME_ENV",
     "Address",
     "ArgumentMatch",
     "CacheLimits",
+    "ClusterNodes",
     "ConfigError",
     "Duration",
     "Glob",
     "Model",
     "Names",
     "Quantity",
+    "SentinelNodes",
     "Server",
     "ServerCache",
     "SharedCache",

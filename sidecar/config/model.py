@@ -8,11 +8,10 @@ what the sidecar reads.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Self
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 from pydantic import (
-    AfterValidator,
     Field,
     model_validator,
 )
@@ -24,8 +23,6 @@ from .fields import (
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_METRICS_PORT,
-    DEFAULT_SHARED_RETRY_AFTER,
-    DEFAULT_SHARED_TIMEOUT,
     Duration,
     Model,
     Quantity,
@@ -33,6 +30,7 @@ from .fields import (
 from .servers import (
     Server,
 )
+from .shared import SharedCache, shared_from_environment
 
 APP_ID_ENV = "MCPCACHE_APP_ID"
 LISTEN_PORT_ENV = "MCPCACHE_LISTEN_PORT"
@@ -40,12 +38,6 @@ METRICS_HOST_ENV = "MCPCACHE_METRICS_HOST"
 METRICS_PORT_ENV = "MCPCACHE_METRICS_PORT"
 CACHE_MAX_ENTRIES_ENV = "MCPCACHE_CACHE_MAX_ENTRIES"
 CACHE_MAX_BYTES_ENV = "MCPCACHE_CACHE_MAX_BYTES"
-SHARED_CACHE_URL_ENV = "MCPCACHE_SHARED_CACHE_URL"
-SHARED_CACHE_TIMEOUT_ENV = "MCPCACHE_SHARED_CACHE_TIMEOUT"
-SHARED_CACHE_USERNAME_ENV = "MCPCACHE_SHARED_CACHE_USERNAME"
-SHARED_CACHE_PASSWORD_ENV = "MCPCACHE_SHARED_CACHE_PASSWORD"
-SHARED_CACHE_NAMESPACES_ENV = "MCPCACHE_SHARED_CACHE_NAMESPACES"
-NAMESPACE_ENV = "MCPCACHE_NAMESPACE"
 
 
 class Address(Model):
@@ -58,46 +50,6 @@ class CacheLimits(Model):
 
     max_entries: int = Field(default=DEFAULT_MAX_ENTRIES, ge=1)
     max_bytes: Quantity = DEFAULT_MAX_BYTES
-
-
-def _redis_url(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        raise ValueError("expected a redis://, rediss:// or unix:// URL")
-    if parts.scheme != "unix" and not parts.hostname:
-        raise ValueError("the URL names no host")
-    return value
-
-
-def _positive(value: float) -> float:
-    if value <= 0:
-        raise ValueError("must be positive")
-    return value
-
-
-class SharedCache(Model):
-    """The optional second tier on Redis, shared by the sidecars of one app.
-
-    Credentials are read from the environment when the tier starts (never kept in this
-    model, so that printing a configuration never prints them), or from the URL."""
-
-    url: Annotated[str, AfterValidator(_redis_url)]
-    timeout: Annotated[Duration, AfterValidator(_positive)] = DEFAULT_SHARED_TIMEOUT
-    """The bound on every Redis operation; past it the request goes on without Redis."""
-    retry_after: Annotated[Duration, AfterValidator(_positive)] = DEFAULT_SHARED_RETRY_AFTER
-    """How long a failing Redis is left alone before it is tried again."""
-    namespace: str = Field(
-        default="default", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63
-    )
-    """The first part of every key's prefix (the pod's namespace in Kubernetes)."""
-
-    def redacted(self) -> SharedCache:
-        """The same settings with any password in the URL masked, for printing."""
-        parts = urlsplit(self.url)
-        if parts.password is None:
-            return self
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-        return self.model_copy(update={"url": parts._replace(netloc=netloc).geturl()})
 
 
 class SidecarConfig(Model):
@@ -181,29 +133,9 @@ class SidecarConfig(Model):
         if limits:
             current = self.cache.model_dump(by_alias=True)
             update["cache"] = CacheLimits.model_validate(current | limits)
-        if (shared := self._shared_from_environment(environ)) is not None:
+        if (shared := shared_from_environment(self.shared_cache, environ)) is not None:
             update["shared_cache"] = shared
         return self.model_copy(update=update) if update else self
-
-    def _shared_from_environment(self, environ: Mapping[str, str]) -> SharedCache | None:
-        """The shared tier as the environment amends it, or None when unchanged: in
-        Kubernetes the URL and the timeout come from the operator's settings, the
-        namespace from the pod (the downward API). When the environment also lists
-        namespaces, its URL applies only to sidecars in one of them."""
-        if listed := environ.get(SHARED_CACHE_NAMESPACES_ENV, "").strip():
-            chosen = {name.strip() for name in listed.split(",")}
-            if environ.get(NAMESPACE_ENV) not in chosen:
-                environ = {k: v for k, v in environ.items() if k != SHARED_CACHE_URL_ENV}
-        names = {
-            SHARED_CACHE_URL_ENV: "url",
-            SHARED_CACHE_TIMEOUT_ENV: "timeout",
-            NAMESPACE_ENV: "namespace",
-        }
-        changes = {field: environ[name] for name, field in names.items() if environ.get(name)}
-        current = self.shared_cache.model_dump() if self.shared_cache is not None else {}
-        if not changes or "url" not in current | changes:
-            return None
-        return SharedCache.model_validate(current | changes)
 
 
 _LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})

@@ -22,7 +22,7 @@ from ..rules import answers, cache_status, policy
 from ..rules.capture import ResponseCapture
 from ..rules.headers import forward_headers, response_headers
 from ..rules.messages import ERROR, RESULT, Message, Verdict
-from ..tiers.redis_tier import SharedTier
+from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamFailure
 from ..upstream.exchange import Exchange, Exchanges, Outbound
 from ..upstream.flights import ALONE, ENDED_EARLY, Flight, Head, Outcome
@@ -56,7 +56,7 @@ class Storage:
     """Where fetched answers go, and what decides whether they may."""
 
     cache: ResponseCache
-    tier: SharedTier | None
+    tier: RedisTier | None
     invalidator: Invalidator
     metrics: Metrics
 

@@ -36,7 +36,7 @@ from ..edge.origin import OriginPolicy
 from ..metrics import Metrics
 from ..rules import answers, cache_status, policy
 from ..rules.messages import INVALID_REQUEST, Message, method_label
-from ..tiers.redis_tier import SharedTier
+from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamClient
 from ..upstream.exchange import Exchanges, failure_error
 from ..upstream.flights import Coalescer, Flight
@@ -60,7 +60,7 @@ class Proxy:
         client: UpstreamClient,
         origin_policy: OriginPolicy,
         invalidator: Invalidator,
-        tier: SharedTier | None = None,
+        tier: RedisTier | None = None,
     ) -> None:
         self._config = config
         self.cache = cache
@@ -131,7 +131,7 @@ class Proxy:
         return await self._miss(request)
 
     async def _tier_lookup(
-        self, tier: SharedTier, app_id: str, server: Server, plan: policy.Lookup
+        self, tier: RedisTier, app_id: str, server: Server, plan: policy.Lookup
     ) -> tuple[Entry | None, bytes | None]:
         """The Redis tier's entry for this lookup (verified there), copied into memory
         for the rest of its life, as long as its own policy allows (a tool rule's TTL

@@ -11,7 +11,7 @@ from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from mcpcache.operator.crd import RESOURCE_GROUP, RESOURCE_KIND, RESOURCE_PLURAL, RESOURCE_VERSION
-from mcpcache.operator.resource import effective_server
+from mcpcache.operator.resource import resolve_server
 from mcpcache.sidecar.config import ServerCache
 from peers.paths import CRD, ROOT
 from peers.resources import GROUP, PLURAL, VERSION, mcpserver, new_namespace
@@ -219,7 +219,7 @@ def test_entries_the_schema_cannot_type_are_refused_by_the_operator(
     objects = client.CustomObjectsApi(control_plane.api_client())
     body = mcpserver("loose", enabled=True, tools=[rule])
     created = objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
-    effective = effective_server(created["metadata"]["name"], created["spec"])
+    effective = resolve_server(created["metadata"]["name"], created["spec"])
     assert effective.server is None
     assert effective.error
 

@@ -137,6 +137,55 @@ def test_the_sidecars_ports_are_its_own_whatever_services_the_namespace_has() ->
     assert (config.listen.port, config.metrics.port) == (3500, 9090)
 
 
+@pytest.mark.parametrize(
+    ("settings", "mode", "urls"),
+    [
+        (
+            {"MCPCACHE_SIDECAR_SHARED_CACHE_CLUSTER_NODES": "redis://a:6379,redis://b:6379"},
+            "cluster",
+            ("redis://a:6379", "redis://b:6379"),
+        ),
+        (
+            {
+                "MCPCACHE_SIDECAR_SHARED_CACHE_SENTINEL_NODES": "redis://s:26379",
+                "MCPCACHE_SIDECAR_SHARED_CACHE_SENTINEL_MASTER": "cache",
+            },
+            "sentinel",
+            ("redis://s:26379",),
+        ),
+    ],
+)
+def test_a_cluster_or_sentinels_reach_the_sidecars_as_they_were_given(
+    settings: dict[str, str], mode: str, urls: tuple[str, ...]
+) -> None:
+    plan = plan_injection(pod(), OperatorSettings.from_environment(settings))
+    assert plan is not None
+    (sidecar,) = plan["initContainers"]
+    shared = parse_config("servers: []", resolved_env(sidecar, "agents", {})).shared_cache
+    assert shared is not None
+    assert (shared.mode, shared.urls, shared.namespace) == (mode, urls, "agents")
+
+
+@pytest.mark.parametrize(
+    ("settings", "complaint"),
+    [
+        (
+            {
+                "MCPCACHE_SIDECAR_SHARED_CACHE_URL": "redis://r:6379",
+                "MCPCACHE_SIDECAR_SHARED_CACHE_CLUSTER_NODES": "redis://a:6379",
+            },
+            "at most one of url, cluster or sentinel \\(found url and cluster\\)",
+        ),
+        ({"MCPCACHE_SIDECAR_SHARED_CACHE_SENTINEL_NODES": "redis://s:26379"}, "master"),
+    ],
+)
+def test_the_operator_refuses_two_places_for_redis_at_start_up(
+    settings: dict[str, str], complaint: str
+) -> None:
+    with pytest.raises(ValueError, match=complaint):
+        OperatorSettings.from_environment(settings)
+
+
 def test_without_a_shared_cache_the_sidecar_has_no_redis_settings() -> None:
     plan = plan_injection(pod(), SETTINGS)
     assert plan is not None

@@ -67,6 +67,8 @@ def coredns(control_plane) -> None:
         ("patch", "mcpservers.mcpcache.io", ("-n", "agents"), False),
         ("patch", "mcpservers.mcpcache.io", ("--subresource=status", "-n", "agents"), True),
         ("create", "events", ("-n", "agents"), True),
+        ("patch", "events", ("-n", "agents"), True),
+        ("delete", "events", ("-n", "agents"), False),
         ("get", "leases/mcpcache-operator", ("-n", OPERATOR_NAMESPACE), True),
         ("update", "leases/mcpcache-operator", ("-n", OPERATOR_NAMESPACE), True),
         ("update", "leases/other", ("-n", OPERATOR_NAMESPACE), False),

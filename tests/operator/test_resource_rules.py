@@ -13,7 +13,7 @@ from mcpcache.operator.configmap import (
     is_managed,
     render_config,
 )
-from mcpcache.operator.resource import PURGE_ANNOTATION, effective_server
+from mcpcache.operator.resource import PURGE_ANNOTATION, resolve_server
 from mcpcache.operator.status import desired_status, same_status
 from mcpcache.sidecar.config import Server, dump_servers, parse_servers_file
 
@@ -24,7 +24,7 @@ SPEC = {
 
 
 def test_the_configmap_holds_the_servers_in_the_sidecars_own_format() -> None:
-    effective = effective_server("docs", SPEC)
+    effective = resolve_server("docs", SPEC)
     assert effective.server is not None
     text = render_config([effective.server])
     assert list(yaml.safe_load(text)) == ["servers"], "nothing but servers"
@@ -36,7 +36,7 @@ def test_the_configmap_holds_the_servers_in_the_sidecars_own_format() -> None:
 
 def test_max_size_above_the_ceiling_is_clamped_and_reported() -> None:
     spec = {**SPEC, "cache": {**SPEC["cache"], "maxSize": "8Mi"}}
-    effective = effective_server("docs", spec)
+    effective = resolve_server("docs", spec)
     assert effective.server is not None
     assert effective.server.cache.max_size == 1 << 20
     assert effective.clamped_from == "8Mi"
@@ -53,7 +53,7 @@ def test_an_empty_list_is_still_a_valid_config() -> None:
 
 
 def test_a_hand_edit_is_told_apart_from_a_change_of_mcpservers() -> None:
-    docs = effective_server("docs", SPEC).server
+    docs = resolve_server("docs", SPEC).server
     assert docs is not None
     written = configmap_body("ns", [docs])
     data, labels = written["data"], written["metadata"]["labels"]
@@ -72,7 +72,7 @@ def test_a_hand_edit_is_told_apart_from_a_change_of_mcpservers() -> None:
 
 
 def test_status_comparison_ignores_transition_times_only() -> None:
-    effective = effective_server("docs", SPEC)
+    effective = resolve_server("docs", SPEC)
     first = desired_status(effective, 1, None)
     again = desired_status(effective, 1, first)
     assert same_status(first, again)
@@ -92,7 +92,7 @@ RULES = [
 
 def test_tool_rules_reach_the_configmap_and_status_shows_them_in_effect() -> None:
     spec = {**SPEC, "cache": {**SPEC["cache"], "onlyReadOnlyTools": True, "tools": RULES}}
-    effective = effective_server("docs", spec)
+    effective = resolve_server("docs", spec)
     assert effective.server is not None
     server = parse_servers_file(render_config([effective.server]), environ={}).server("docs")
     assert server is not None
@@ -114,7 +114,7 @@ def test_argument_rules_and_public_scope_reach_the_configmap_and_status() -> Non
         {"name": "create_issue", "invalidates": ["x", {"tool": "list_issues", "match": ["repo"]}]},
     ]
     cache = {**SPEC["cache"], "fillSchemaDefaults": True, "trustPublicHints": True, "tools": rules}
-    effective = effective_server("docs", {**SPEC, "cache": cache})
+    effective = resolve_server("docs", {**SPEC, "cache": cache})
     assert effective.server is not None
     server = parse_servers_file(render_config([effective.server]), environ={}).server("docs")
     assert server is not None
@@ -131,7 +131,7 @@ def test_argument_rules_and_public_scope_reach_the_configmap_and_status() -> Non
 
 def test_a_rule_behind_an_earlier_catch_all_is_reported_not_refused() -> None:
     spec = {**SPEC, "cache": {**SPEC["cache"], "tools": RULES}}
-    effective = effective_server("docs", spec)
+    effective = resolve_server("docs", spec)
     assert effective.server is not None
     assert effective.shadowed == (("get_doc", "*"),)
     condition = next(
@@ -139,14 +139,14 @@ def test_a_rule_behind_an_earlier_catch_all_is_reported_not_refused() -> None:
     )
     assert condition["status"] == "True"
     assert "'get_doc' never applies" in condition["message"]
-    plain = desired_status(effective_server("docs", SPEC), 2, None)
+    plain = desired_status(resolve_server("docs", SPEC), 2, None)
     assert {c["type"]: c["status"] for c in plain["conditions"]}["RulesShadowed"] == "False"
     assert "effectiveTools" not in plain
 
 
 def test_an_invalid_rule_makes_the_server_not_ready_with_the_reason() -> None:
     rule = {"name": "create", "enabled": True, "invalidates": ["get"]}
-    effective = effective_server("docs", {**SPEC, "cache": {"tools": [rule]}})
+    effective = resolve_server("docs", {**SPEC, "cache": {"tools": [rule]}})
     assert effective.server is None
     assert effective.error is not None
     assert "tools.0" in effective.error
@@ -154,19 +154,19 @@ def test_an_invalid_rule_makes_the_server_not_ready_with_the_reason() -> None:
 
 
 def test_the_purge_annotation_becomes_the_servers_purge_marker() -> None:
-    assert effective_server("docs", SPEC).server.purge is None  # type: ignore[union-attr]
-    annotated = effective_server("docs", SPEC, {PURGE_ANNOTATION: "1764547200"})
+    assert resolve_server("docs", SPEC).server.purge is None  # type: ignore[union-attr]
+    annotated = resolve_server("docs", SPEC, {PURGE_ANNOTATION: "1764547200"})
     assert annotated.server is not None
     assert annotated.server.purge == "1764547200"
     assert desired_status(annotated, 1, None)["lastPurge"] == "1764547200"
-    long = effective_server("docs", SPEC, {PURGE_ANNOTATION: "x" * 5000}).server
-    longer = effective_server("docs", SPEC, {PURGE_ANNOTATION: "x" * 5001}).server
+    long = resolve_server("docs", SPEC, {PURGE_ANNOTATION: "x" * 5000}).server
+    longer = resolve_server("docs", SPEC, {PURGE_ANNOTATION: "x" * 5001}).server
     assert long is not None
     assert longer is not None
     assert (long.purge or "").startswith("sha256:")
     assert long.purge != longer.purge
     # Removing the annotation later keeps the last purge on record.
-    status = desired_status(effective_server("docs", SPEC), 2, {"lastPurge": "1764547200"})
+    status = desired_status(resolve_server("docs", SPEC), 2, {"lastPurge": "1764547200"})
     assert status["lastPurge"] == "1764547200"
 
 
@@ -177,7 +177,7 @@ def test_stale_windows_and_metadata_ttl_reach_the_sidecar() -> None:
         "staleIfError": "10m",
         "staleWhileRevalidate": "30s",
     }
-    effective = effective_server("docs", {**SPEC, "cache": cache})
+    effective = resolve_server("docs", {**SPEC, "cache": cache})
     assert effective.server is not None
     server = parse_servers_file(render_config([effective.server]), environ={}).server("docs")
     assert server is not None
@@ -191,7 +191,7 @@ def test_identity_and_ignored_headers_reach_the_sidecar() -> None:
         "identityHeaders": ["Authorization", "X-Tenant"],
         "ignoreHeaders": ["X-Request-Id"],
     }
-    effective = effective_server("docs", {**SPEC, "cache": cache})
+    effective = resolve_server("docs", {**SPEC, "cache": cache})
     assert effective.server is not None
     server = parse_servers_file(render_config([effective.server]), environ={}).server("docs")
     assert server is not None
@@ -201,14 +201,14 @@ def test_identity_and_ignored_headers_reach_the_sidecar() -> None:
 
 def test_ignoring_an_identity_header_makes_the_server_not_ready_with_the_reason() -> None:
     cache = {**SPEC["cache"], "identityHeaders": ["x-tenant"], "ignoreHeaders": ["X-Tenant"]}
-    effective = effective_server("docs", {**SPEC, "cache": cache})
+    effective = resolve_server("docs", {**SPEC, "cache": cache})
     assert effective.server is None
     assert effective.error is not None
     assert "ignoreHeaders cannot name x-tenant" in effective.error
 
 
 def servers(*names: str) -> list[Server]:
-    found = [effective_server(name, SPEC).server for name in names]
+    found = [resolve_server(name, SPEC).server for name in names]
     assert all(found)
     return found  # type: ignore[return-value]
 

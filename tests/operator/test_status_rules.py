@@ -10,10 +10,10 @@ import pytest
 
 from mcpcache.operator.resource import (
     PURGE_ANNOTATION,
-    Effective,
+    ResolvedServer,
     ceiling_text,
-    effective_server,
     purge_marker,
+    resolve_server,
 )
 from mcpcache.operator.status import desired_status, effective_tools, same_status
 
@@ -30,7 +30,7 @@ def conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_a_valid_server_is_ready_within_the_ceiling_with_every_rule_reachable() -> None:
-    effective = effective_server("docs", SPEC)
+    effective = resolve_server("docs", SPEC)
     assert effective.clamped_from is None
     status = desired_status(effective, 3, None)
     now = status["conditions"][0]["lastTransitionTime"]
@@ -71,7 +71,7 @@ def test_a_valid_server_is_ready_within_the_ceiling_with_every_rule_reachable() 
 
 
 def test_a_server_with_caching_off_says_so() -> None:
-    status = desired_status(effective_server("docs", {**SPEC, "cache": {}}), 1, None)
+    status = desired_status(resolve_server("docs", {**SPEC, "cache": {}}), 1, None)
     assert conditions(status)["Ready"]["message"] == (
         "written to the namespace's sidecar configuration (caching disabled)"
     )
@@ -79,7 +79,7 @@ def test_a_server_with_caching_off_says_so() -> None:
 
 
 def test_a_clamped_max_size_is_reported_with_what_was_asked() -> None:
-    effective = effective_server("docs", {**SPEC, "cache": {"enabled": True, "maxSize": "8Mi"}})
+    effective = resolve_server("docs", {**SPEC, "cache": {"enabled": True, "maxSize": "8Mi"}})
     assert effective.clamped_from == "8Mi"
     clamped = conditions(desired_status(effective, 1, None))["MaxSizeClamped"]
     assert (clamped["status"], clamped["reason"]) == ("True", "AboveCeiling")
@@ -88,7 +88,7 @@ def test_a_clamped_max_size_is_reported_with_what_was_asked() -> None:
 
 def test_shadowed_rules_are_each_named_in_the_condition() -> None:
     rules = [{"name": "*"}, {"name": "a"}, {"name": "b"}]
-    effective = effective_server("docs", {**SPEC, "cache": {"enabled": True, "tools": rules}})
+    effective = resolve_server("docs", {**SPEC, "cache": {"enabled": True, "tools": rules}})
     shadowed = conditions(desired_status(effective, 1, None))["RulesShadowed"]
     assert (shadowed["status"], shadowed["reason"]) == ("True", "EarlierRuleMatches")
     assert shadowed["message"] == (
@@ -99,7 +99,7 @@ def test_shadowed_rules_are_each_named_in_the_condition() -> None:
 
 def test_an_invalid_spec_is_not_ready_and_says_why() -> None:
     spec = {**SPEC, "cache": {"ttl": "soon", "maxSize": "big"}}
-    effective = effective_server("docs", spec)
+    effective = resolve_server("docs", spec)
     assert effective.server is None
     assert effective.error == (
         "ttl: Value error, invalid duration 'soon': use a number and a unit, e.g. 30s, 5m, "
@@ -121,14 +121,14 @@ def test_an_invalid_spec_is_not_ready_and_says_why() -> None:
             }
         ],
     }
-    assert conditions(desired_status(Effective(None), 1, None))["Ready"]["message"] == (
+    assert conditions(desired_status(ResolvedServer(None), 1, None))["Ready"]["message"] == (
         "invalid spec"
     )
 
 
 def test_a_problem_of_the_whole_cache_block_is_told_as_the_specs() -> None:
     cache = {"ignoreHeaders": ["authorization"]}
-    effective = effective_server("docs", {**SPEC, "cache": cache})
+    effective = resolve_server("docs", {**SPEC, "cache": cache})
     assert effective.error == (
         "spec: Value error, ignoreHeaders cannot name authorization: it carries identity "
         "or the protocol and always stays in the key"
@@ -141,12 +141,12 @@ def test_a_problem_of_the_whole_cache_block_is_told_as_the_specs() -> None:
     ids=["no endpoint", "no transport", "no url"],
 )
 def test_a_server_without_a_url_is_invalid(spec: dict[str, Any]) -> None:
-    effective = effective_server("docs", spec)
+    effective = resolve_server("docs", spec)
     assert effective.error == "url: Value error, '' is not an http or https URL"
 
 
 def test_a_transition_time_is_kept_while_the_status_does_not_flip() -> None:
-    effective = effective_server("docs", SPEC)
+    effective = resolve_server("docs", SPEC)
     current = {
         "conditions": [
             {"type": "Ready", "status": "True", "lastTransitionTime": THEN},
@@ -162,9 +162,9 @@ def test_a_transition_time_is_kept_while_the_status_does_not_flip() -> None:
 
 
 def test_the_last_purge_is_the_current_marker_or_the_one_before() -> None:
-    annotated = effective_server("docs", SPEC, {PURGE_ANNOTATION: "2"})
+    annotated = resolve_server("docs", SPEC, {PURGE_ANNOTATION: "2"})
     assert desired_status(annotated, 1, {"lastPurge": "1"})["lastPurge"] == "2"
-    plain = effective_server("docs", SPEC)
+    plain = resolve_server("docs", SPEC)
     assert desired_status(plain, 1, {"lastPurge": "1"})["lastPurge"] == "1"
     assert "lastPurge" not in desired_status(plain, 1, None)
 
@@ -189,7 +189,7 @@ def test_effective_tools_say_how_each_rule_caches() -> None:
     ]
     for only_read_only, default in ((False, "on"), (True, "read-only")):
         cache = {"enabled": True, "onlyReadOnlyTools": only_read_only, "tools": rules}
-        server = effective_server("docs", {**SPEC, "cache": cache}).server
+        server = resolve_server("docs", {**SPEC, "cache": cache}).server
         assert server is not None
         assert [(t["name"], t["caching"], t["ttl"]) for t in effective_tools(server.cache)] == [
             ("off", "off", "30s"),
@@ -197,13 +197,13 @@ def test_effective_tools_say_how_each_rule_caches() -> None:
             ("forced", "on", "5s"),
             ("default", default, "30s"),
         ]
-    disabled = effective_server("docs", {**SPEC, "cache": {"tools": rules}}).server
+    disabled = resolve_server("docs", {**SPEC, "cache": {"tools": rules}}).server
     assert disabled is not None
     assert {t["caching"] for t in effective_tools(disabled.cache)} == {"off"}
 
 
 def test_statuses_differ_in_anything_but_transition_times() -> None:
-    effective = effective_server("docs", SPEC)
+    effective = resolve_server("docs", SPEC)
     first = desired_status(effective, 1, None)
     moved = {
         **first,
@@ -217,18 +217,18 @@ def test_statuses_differ_in_anything_but_transition_times() -> None:
 
 
 def test_every_condition_keeps_its_transition_time_while_it_holds() -> None:
-    valid = desired_status(effective_server("docs", SPEC), 1, None)
+    valid = desired_status(resolve_server("docs", SPEC), 1, None)
     then = {**valid, "conditions": [{**c, "lastTransitionTime": THEN} for c in valid["conditions"]]}
-    again = desired_status(effective_server("docs", SPEC), 2, then)
+    again = desired_status(resolve_server("docs", SPEC), 2, then)
     assert [c["lastTransitionTime"] for c in again["conditions"]] == [THEN, THEN, THEN]
-    invalid = effective_server("docs", {})
+    invalid = resolve_server("docs", {})
     current = {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": THEN}]}
     (ready,) = desired_status(invalid, 2, current)["conditions"]
     assert ready["lastTransitionTime"] == THEN
 
 
 def test_statuses_that_differ_in_a_condition_are_not_the_same() -> None:
-    first = desired_status(effective_server("docs", SPEC), 1, None)
+    first = desired_status(resolve_server("docs", SPEC), 1, None)
     other = {**first, "conditions": [{**first["conditions"][0], "message": "else"}]}
     assert not same_status(first, other)
     assert same_status({"observedGeneration": 1}, {"observedGeneration": 1})

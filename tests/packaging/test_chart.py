@@ -395,9 +395,10 @@ DOCUMENTED_RIGHTS = {
         ("", "configmaps", "mcpcache-servers", verb)
         for verb in ("get", "list", "watch", "update", "patch")
     ),
-    # create ConfigMaps (the admission policy limits which); create events
+    # create ConfigMaps (the admission policy limits which); create and patch events
     ("", "configmaps", "", "create"),
     ("", "events", "", "create"),
+    ("", "events", "", "patch"),
 }
 
 
@@ -421,7 +422,8 @@ def test_the_operators_cluster_role_grants_exactly_what_the_security_page_lists(
         "get, list and watch MCPServers and the MCPServer CRD",
         "get, patch and update MCPServers' status",
         "get, list, watch, update and patch ConfigMaps named `mcpcache-servers`",
-        "create events; get and update its Lease in the release namespace, and create it",
+        "create events, and patch them",
+        "get and update its Lease in the release namespace, and create it",
         "Nothing else: no Secrets, no Pods, no deletes, no webhook configuration",
     ):
         assert words in sentence

@@ -8,6 +8,7 @@ loopback ports with RBAC authorization, waits for `/readyz`, and writes a kubeco
 
 from __future__ import annotations
 
+import base64
 import datetime
 import ipaddress
 import os
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -135,8 +137,11 @@ class Authority:
 class ControlPlane:
     """etcd and kube-apiserver in one process, with an admin kubeconfig."""
 
-    def __init__(self, bin_dir: Path) -> None:
+    def __init__(self, bin_dir: Path, extra_args: tuple[str, ...] = ()) -> None:
+        """`extra_args` go to kube-apiserver after the usual ones."""
         self.bin_dir = bin_dir
+        self.extra_args = extra_args
+        self.etcd_port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="mcpcache-kube-"))
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
@@ -190,7 +195,7 @@ class ControlPlane:
         args = [
             str(self.bin_dir / "controlplane"),
             f"-data-dir={self.dir}",
-            f"-etcd-client-port={free_port()}",
+            f"-etcd-client-port={self.etcd_port}",
             f"-etcd-peer-port={free_port()}",
             "--",
             "--bind-address=127.0.0.1",
@@ -213,6 +218,7 @@ class ControlPlane:
             "--enable-aggregator-routing=true",
             "--profiling=false",
             f"--cert-dir={self.dir / 'certs'}",
+            *self.extra_args,
         ]
         self._args = args
         self._write_kubeconfig()
@@ -230,6 +236,20 @@ class ControlPlane:
         except BaseException:
             self.stop()
             raise
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision (through etcd's own JSON
+        gateway on its loopback client port), as etcd's periodic compaction does: a
+        watch resumed from an older resourceVersion is then answered `410 Gone`.
+        Returns the revision compacted to."""
+        url = f"http://127.0.0.1:{self.etcd_port}/v3/kv"
+        with httpx.Client(timeout=30) as etcd:
+            found = etcd.post(f"{url}/range", json={"key": base64.b64encode(b"/").decode()})
+            found.raise_for_status()
+            revision = int(found.json()["header"]["revision"])
+            done = etcd.post(f"{url}/compaction", json={"revision": revision, "physical": True})
+            done.raise_for_status()
+        return revision
 
     def restart(self, timeout: float = 120.0) -> None:
         """Kill the process and start it again on the same ports and etcd data, as a

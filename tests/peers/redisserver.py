@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,11 +37,38 @@ def redis_server_binary() -> str:
     return found
 
 
+def start_answering(
+    args: list[str], log_path: Path, client: Callable[[], redis.Redis]
+) -> subprocess.Popen[bytes]:
+    """Start a Redis process (a server or a sentinel) in its own session, its output in
+    `log_path`, and wait until it answers PING; a process that exits instead fails with
+    its log."""
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def answers() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(log_path.read_text(errors="replace"))
+        try:
+            return bool(client().ping())
+        except redis.RedisError:
+            return False
+
+    wait_until(answers, 15, f"{Path(args[0]).name} to answer PING")
+    return process
+
+
 class RedisServer:
     """With `tls`, the server speaks only TLS, with a certificate `tls` issues."""
 
-    def __init__(self, binary: str, tls: Authority | None = None) -> None:
+    def __init__(
+        self, binary: str, tls: Authority | None = None, extra: tuple[str, ...] = ()
+    ) -> None:
+        """`extra`: more redis-server options (cluster mode, `--replicaof`, ...)."""
         self.binary = binary
+        self.extra = list(extra)
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="mcpcache-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
@@ -71,47 +99,26 @@ class RedisServer:
             return f"rediss://127.0.0.1:{self.port}/0?ssl_ca_certs={self.ca_file}"
         return f"redis://127.0.0.1:{self.port}/0"
 
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
     def client(self, **kw: object) -> redis.Redis:
         """A plain synchronous client, as an operator (or an attacker) would use."""
         if self.tls_args:
             kw = {"ssl": True, "ssl_ca_certs": str(self.ca_file), **kw}
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, **kw)  # type: ignore[arg-type]
+        kw = {"socket_timeout": 5, **kw}
+        return redis.Redis(host="127.0.0.1", port=self.port, **kw)  # type: ignore[arg-type]
 
     def start(self) -> RedisServer:
-        log = (self.dir / "redis.log").open("ab")
-        self.process = subprocess.Popen(
-            [
-                self.binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(self.dir),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-                *self.tls_args,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir)]
+        args += ["--save", "", "--appendonly", "no", "--daemonize", "no"]
+        self.process = start_answering(
+            [self.binary, *args, *self.tls_args, *self.extra],
+            self.dir / "redis.log",
+            lambda: self.client(socket_connect_timeout=1),
         )
-        log.close()
-        wait_until(self._answers, 15, "redis-server to answer PING")
         return self
-
-    def _answers(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise RuntimeError((self.dir / "redis.log").read_text(errors="replace"))
-        try:
-            return bool(self.client(socket_connect_timeout=1).ping())
-        except redis.RedisError:
-            return False
 
     def pause(self) -> None:
         assert self.process is not None
@@ -123,7 +130,8 @@ class RedisServer:
 
     def kill(self) -> None:
         assert self.process is not None
-        os.killpg(self.process.pid, signal.SIGKILL)
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(10)
 
     def stop(self) -> None:

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from mcpcache.sidecar.config import SharedCache
 from mcpcache.sidecar.metrics import SharedMetrics
-from mcpcache.sidecar.tiers.redis_tier import SharedTier
+from mcpcache.sidecar.tiers.redis_tier import RedisTier
 from peers.clients import call_body, call_headers, post, sse_messages, unique
 from peers.echo import who_answered
 from peers.redisserver import RedisServer
@@ -284,7 +284,7 @@ async def test_a_shared_write_that_lands_after_a_purge_is_never_served(redis_ser
     """A write runs in the background; one that reaches Redis after the purge's SCAN (a
     slow write, a paused Redis) must not bring the purged answer back."""
     settings = SharedCache.model_validate({"url": redis_server.url, "timeout": "1s"})
-    tier = SharedTier(settings, SharedMetrics(CollectorRegistry()))
+    tier = RedisTier(settings, SharedMetrics(CollectorRegistry()))
     app, key, result = "late-" + unique(), "a" * 64, b'{"content":[]}'
     try:
         seen = await tier.get(app, "s", key, 1 << 20, 60)
@@ -292,7 +292,7 @@ async def test_a_shared_write_that_lands_after_a_purge_is_never_served(redis_ser
         assert seen.generation == b""
         await tier.delete_server(app, "s")  # a purge while the answer was upstream
         tier.put(app, "s", key, result, False, 60, 1 << 20, seen.generation)
-        name = tier.redis_key(app, "s", key)
+        name = tier.keys.entry(app, "s", key)
         await async_wait_until(lambda: redis_server.client().exists(name), what="the late write")
         late = await tier.get(app, "s", key, 1 << 20, 60)
         assert late.entry is None, "written under the generation before the purge"
@@ -522,7 +522,7 @@ async def test_a_purge_while_redis_is_out_of_reach_is_kept_until_redis_takes_it(
         redis.resume()
     owed = await call_echo(replica, arguments)
     assert who_answered(owed.json())["call"] != original
-    generation = f"mcpcache:default:@generation:{document['appId']}:echo"
+    generation = f"mcpcache:default:@generation:{{{document['appId']}:echo}}"
     await async_wait_until(
         lambda: redis.client().get(generation) is not None, what="the purge to reach Redis"
     )

@@ -4,7 +4,6 @@ and Redis trouble never becomes the caller's."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -16,64 +15,27 @@ import httpx
 import pytest
 
 from mcpcache.sidecar.config import ConfigError, parse_config
-from mcpcache.sidecar.tiers.redis_tier import MAGIC, Breaker, decode, encode
+from mcpcache.sidecar.tiers.breaker import Breaker
+from mcpcache.sidecar.tiers.codec import MAGIC, decode, encode
 from peers.clients import LEGACY, call_body, call_headers, mcp_client, post, read_body, unique
 from peers.controlplane import Authority
 from peers.redisserver import RedisServer, redis_server_binary
 from peers.serving import ServedApp, async_wait_until
+from peers.sharedtier import (
+    SHARED_HIT,
+    call,
+    new_app,
+    on_loop,
+    shared_config,
+    stored_in_redis,
+    text_of,
+)
 from peers.sidecar import RunningSidecar, one_server
 from peers.upstream import Upstream
 
-SHARED_HIT = "mcpcache; hit; detail=shared"
-
-
-def new_app() -> str:
-    return f"app-{uuid.uuid4().hex[:10]}"
-
-
-def shared_config(
-    app: ServedApp, redis_url: str, app_id: str | None = None, **shared: Any
-) -> dict[str, Any]:
-    """One cached server on `app`, the shared tier on `redis_url`, a fresh app id unless
-    one is given. Redis gets a second per operation unless the test says otherwise: the
-    product's 50 ms is for a quiet network, not a loaded test machine."""
-    document = one_server(app.base_url + "/mcp")
-    document["appId"] = app_id or new_app()
-    document["sharedCache"] = {"url": redis_url, "timeout": "1s", **shared}
-    return document
-
 
 def keys(redis_server: RedisServer, app_id: str, namespace: str = "default") -> set[bytes]:
-    return set(redis_server.client().scan_iter(match=f"mcpcache:{namespace}:{app_id}:*"))
-
-
-async def call(
-    sidecar: RunningSidecar, tool: str, arguments: dict[str, Any], **headers: str
-) -> tuple[str, str, dict[str, Any]]:
-    """Cache-Status, content type and the JSON-RPC message of one tools/call."""
-    response = await post(
-        sidecar.url("s"), call_body(7, tool, arguments), call_headers(tool, **headers), 10
-    )
-    assert response.status_code == 200, response.text
-    content_type = response.headers["content-type"]
-    if content_type.startswith("text/event-stream"):
-        data = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
-        message = json.loads(data[-1])
-    else:
-        message = response.json()
-    return response.headers["cache-status"], content_type, message
-
-
-def text_of(message: dict[str, Any]) -> str:
-    return str(message["result"]["content"][0]["text"])
-
-
-def stored_in_redis(sidecar: RunningSidecar, count: float = 1) -> Any:
-    """Writes to Redis do not delay the answer: wait until they have happened."""
-    return async_wait_until(
-        lambda: sidecar.sample("mcpcache_shared_stores_total", result="stored") >= count,
-        what="the shared tier to store",
-    )
+    return set(redis_server.client().scan_iter(match=f"mcpcache:{namespace}:{{{app_id}:*"))
 
 
 @pytest.mark.parametrize("kind", ["json", "sse"])
@@ -401,12 +363,6 @@ async def test_writes_never_delay_the_answer_and_none_outlives_the_sidecar(
     assert shared.pending_writes == 0
 
 
-def on_loop(sidecar: RunningSidecar, work: Any) -> Any:
-    """Run one of the sidecar's own coroutines on its event loop."""
-    assert sidecar.sidecar.loop is not None
-    return asyncio.run_coroutine_threadsafe(work, sidecar.sidecar.loop).result(10)
-
-
 async def test_purges_reach_the_shared_tier_and_only_their_own_prefix(
     make_sidecar, redis_server, json_upstream
 ) -> None:
@@ -433,12 +389,12 @@ async def test_purges_reach_the_shared_tier_and_only_their_own_prefix(
 
     def count(app_id: str, server: str = "*") -> int:
         quoted = quote(app_id, safe="")
-        return len(list(client.scan_iter(match=f"mcpcache:default:{quoted}:{server}:*")))
+        return len(list(client.scan_iter(match=f"mcpcache:default:{{{quoted}:{server}}}:*")))
 
     sidecar = sidecars[wild]
     shared = sidecar.sidecar.shared
     assert shared is not None
-    (name, *_) = client.scan_iter(match=f"mcpcache:default:{quote(wild, safe='')}:s:*")
+    (name, *_) = client.scan_iter(match=f"mcpcache:default:{{{quote(wild, safe='')}:s}}:*")
     assert on_loop(sidecar, shared.delete(wild, "s", [name.decode()[-64:]])) == 1
     assert count(wild, "s") == 1
     assert on_loop(sidecar, shared.delete_server(wild, "t")) == 2

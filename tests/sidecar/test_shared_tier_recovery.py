@@ -1,6 +1,7 @@
 """After Redis restarts, the shared tier holds no dead connections: the sockets the old
 server closed are let go (their descriptors with them) once the tier sees the failure
-and again when Redis is back, not when a burst happens to drain the pool."""
+and again when Redis is back, not when a burst happens to drain the pool. And a burst
+larger than the pool is not a Redis failure."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import uuid
 
 import psutil
 
+from mcpcache.sidecar.tiers.connect import MAX_IN_FLIGHT
 from peers.clients import call_body, call_headers, post
 from peers.redisserver import RedisServer
 from peers.serving import async_wait_until
@@ -62,3 +64,28 @@ async def test_a_redis_restart_leaves_no_dead_connections_behind(
         what="the dead connections to be closed",
     )
     assert redis_sockets(redis.port) <= pooled
+
+
+async def test_a_burst_that_finds_every_connection_busy_skips_the_tier_without_failing_it(
+    make_sidecar, own_redis_server: RedisServer, json_upstream
+) -> None:
+    _, app = json_upstream
+    redis = own_redis_server
+    document = one_server(app.base_url + "/mcp")
+    document["appId"] = "burst-" + uuid.uuid4().hex
+    document["sharedCache"] = {"url": redis.url, "timeout": "5s"}
+    sidecar = make_sidecar(document)
+    redis.pause()  # every lookup waits for Redis and holds its connection
+    try:
+        calls = asyncio.ensure_future(burst(sidecar, MAX_IN_FLIGHT + 8))
+        await async_wait_until(
+            lambda: sidecar.sample("mcpcache_shared_lookups_total", result="pool_full") >= 8,
+            what="the calls past the pool to skip the tier",
+        )
+    finally:
+        redis.resume()
+    await calls  # every call answered
+    assert sidecar.sample("mcpcache_shared_lookups_total", result="pool_full") == 8
+    assert sidecar.sample("mcpcache_shared_lookups_total", result="miss") == MAX_IN_FLIGHT
+    assert sidecar.sample("mcpcache_shared_lookups_total", result="error") == 0
+    assert sidecar.sample("mcpcache_shared_breaker", mcpcache_shared_breaker="closed") == 1

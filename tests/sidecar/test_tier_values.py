@@ -6,19 +6,10 @@ from __future__ import annotations
 import struct
 
 import pytest
-from prometheus_client import CollectorRegistry
 
-from mcpcache.sidecar.config import SharedCache
-from mcpcache.sidecar.metrics import SharedMetrics
 from mcpcache.sidecar.rules.messages import encode_result
-from mcpcache.sidecar.tiers.redis_tier import (
-    MAGIC,
-    Breaker,
-    SharedEntry,
-    SharedTier,
-    decode,
-    encode,
-)
+from mcpcache.sidecar.tiers.breaker import Breaker
+from mcpcache.sidecar.tiers.codec import MAGIC, KeyLayout, TierEntry, decode, encode, glob_escape
 from peers.clock import Clock
 
 KEY = "a" * 64
@@ -26,18 +17,12 @@ GENERATION = b"0123456789abcdef"
 RESULT, TTL_AT = encode_result({"content": [{"type": "text", "text": "hi"}], "ttlMs": 5000})
 
 
-def tier(namespace: str = "agents") -> SharedTier:
-    """A tier whose client never connects: building one opens no socket."""
-    settings = SharedCache(url="redis://127.0.0.1:6379/0", namespace=namespace)
-    return SharedTier(settings, SharedMetrics(CollectorRegistry()), environ={})
-
-
 def test_a_value_reads_back_as_written_for_its_key_and_generation() -> None:
     value = encode(KEY, RESULT, True, 100.5, 160.25, GENERATION)
     assert value.startswith(MAGIC + KEY.encode() + b":" + GENERATION + b"\n")
     assert value.endswith(RESULT)
     entry = decode(value, KEY, GENERATION)
-    assert entry == SharedEntry(RESULT, True, 100.5, 160.25, TTL_AT)
+    assert entry == TierEntry(RESULT, True, 100.5, 160.25, TTL_AT)
     assert TTL_AT > 0
     plain = decode(encode(KEY, RESULT, False, 1.0, 1.0), KEY)
     assert plain is not None
@@ -111,21 +96,32 @@ def test_the_smallest_frame_and_an_empty_object_are_accepted() -> None:
 
 
 def test_every_key_of_an_app_is_under_its_prefix_and_the_generation_beside_it() -> None:
-    shared = tier()
-    assert shared.app_prefix("checkout") == "mcpcache:agents:checkout:"
-    assert shared.redis_key("checkout", "docs", KEY) == f"mcpcache:agents:checkout:docs:{KEY}"
-    assert shared.generation_key("checkout", "docs") == "mcpcache:agents:@generation:checkout:docs"
-    assert tier("other").app_prefix("checkout") == "mcpcache:other:checkout:"
+    """A server's entries and generation share one Redis Cluster hash tag (the braces)."""
+    keys = KeyLayout("agents")
+    assert keys.app_prefix("checkout") == "mcpcache:agents:{checkout:"
+    assert keys.server_prefix("checkout", "docs") == "mcpcache:agents:{checkout:docs}:"
+    assert keys.entry("checkout", "docs", KEY) == f"mcpcache:agents:{{checkout:docs}}:{KEY}"
+    assert keys.generation("checkout", "docs") == "mcpcache:agents:@generation:{checkout:docs}"
+    assert KeyLayout("other").app_prefix("checkout") == "mcpcache:other:{checkout:"
 
 
 def test_an_app_id_cannot_reach_out_of_its_prefix() -> None:
-    """Separators and glob characters in an app id are quoted, `@` included, so that no
-    app's prefix holds another's keys or the generations."""
-    shared = tier()
-    prefix = shared.app_prefix("a:b*?[x]@/ c")
-    assert prefix == "mcpcache:agents:a%3Ab%2A%3F%5Bx%5D%40%2F%20c:"
-    assert shared.generation_key("a:b/c", "s") == "mcpcache:agents:@generation:a%3Ab%2Fc:s"
-    assert not shared.generation_key("x", "s").startswith(shared.app_prefix("@generation"))
+    """Separators, braces and glob characters in an app id are quoted, `@` included, so
+    that no app's prefix holds another's keys or the generations."""
+    keys = KeyLayout("agents")
+    prefix = keys.app_prefix("a:b*?[x]@/ {c}")
+    assert prefix == "mcpcache:agents:{a%3Ab%2A%3F%5Bx%5D%40%2F%20%7Bc%7D:"
+    assert keys.generation("a:b/c", "s") == "mcpcache:agents:@generation:{a%3Ab%2Fc:s}"
+    assert not keys.generation("x", "s").startswith(keys.app_prefix("@generation"))
+
+
+def test_a_purge_pattern_matches_its_keys_literally() -> None:
+    """Glob characters a server name may hold match only themselves in a SCAN pattern."""
+    keys = KeyLayout("agents")
+    assert glob_escape("a*b?c[d]e\\f") == "a\\*b\\?c\\[d\\]e\\\\f"
+    assert glob_escape("plain-name_1") == "plain-name_1"
+    assert keys.server_pattern("app", "s*") == "mcpcache:agents:{app:s\\*}:*"
+    assert keys.app_pattern("app") == "mcpcache:agents:{app:*"
 
 
 def test_the_breaker_opens_after_failures_in_a_row_and_a_probe_closes_it() -> None:

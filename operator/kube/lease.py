@@ -22,7 +22,9 @@ killed leader is replaced one lease duration later. This follows client-go's
 leaderelection: expiry is judged by when *this* replica last saw the record change (no
 clock comparison between machines), every write is conditional on the resourceVersion,
 and a leader that cannot renew within `renew_deadline` stops writing before its Lease
-can expire for anyone else.
+can expire for anyone else: its hold is counted from when it *sent* its last
+successful renewal (`remaining`), every attempt is cut off when the hold would end, and
+the reconciler's writes are fenced by the same clock.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .kubeapi import ApiError, KubeAPI
-from .metrics import OperatorMetrics
+from ..metrics import OperatorMetrics
+from .api import ApiError, KubeAPI
 
 logger = logging.getLogger("mcpcache.operator")
 
@@ -76,18 +78,30 @@ class LeaseElector:
         self._renewed = 0.0
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
-        self._lease: dict[str, Any] | None = None
+
+    def remaining(self) -> float:
+        """Seconds this replica may still write: until `renew_deadline` after the last
+        renewal it sent that the API server took; 0 when it does not lead."""
+        if not self.leading:
+            return 0.0
+        return self._renewed + self.settings.renew_deadline - time.monotonic()
 
     async def run(self) -> None:
         try:
             while True:
+                # An attempt the API server does not answer (a cut connection) must not
+                # outlast the hold: it ends when the hold does.
+                limit = self.remaining() if self.leading else self.settings.duration
                 try:
-                    await self._try_once()
-                except Exception as exc:  # the API is down or refuses: try again
-                    logger.warning("lease: %s", exc, extra={"lease": self.settings.name})
-                if self.leading and time.monotonic() - self._renewed > self.settings.renew_deadline:
+                    await asyncio.wait_for(self._try_once(), max(limit, 0.1))
+                except Exception as exc:  # the API is down, refuses or is silent: again
+                    logger.warning("lease: %r", exc, extra={"lease": self.settings.name})
+                if self.leading and self.remaining() <= 0:
                     self._step_down("could not renew the lease in time")
-                await asyncio.sleep(self.settings.retry_period)
+                pause = self.settings.retry_period
+                if self.leading:  # never sleep past the end of the hold
+                    pause = min(pause, max(self.remaining(), 0.0))
+                await asyncio.sleep(pause)
         finally:
             if self.leading:
                 self._step_down("stopping")
@@ -104,6 +118,7 @@ class LeaseElector:
         }
 
     async def _try_once(self) -> None:
+        sent = time.monotonic()
         try:
             lease = await self.api.request("GET", "leases", self.path)
         except ApiError as exc:
@@ -116,9 +131,9 @@ class LeaseElector:
                 "spec": self._spec(0, None),
             }
             path = self.path.rsplit("/", 1)[0]
-            self._lease = await self.api.request("POST", "leases", path, body)
+            await self.api.request("POST", "leases", path, body)
             logger.info("lease created and acquired", extra={"lease": self.settings.name})
-            self._renewed = time.monotonic()
+            self._renewed = sent
             self._step_up()
             return
         spec = lease.get("spec") or {}
@@ -137,13 +152,14 @@ class LeaseElector:
                 self._step_down(f"the lease is held by {holder}")
             return
         lease["spec"] = new_spec
+        sent = time.monotonic()
         try:
-            self._lease = await self.api.request("PUT", "leases", self.path, lease)
+            await self.api.request("PUT", "leases", self.path, lease)
         except ApiError as exc:
             if exc.status == 409:  # someone else wrote first: look again next time
                 return
             raise
-        self._renewed = time.monotonic()
+        self._renewed = sent
         if holder != self.settings.identity:
             logger.info(
                 "lease acquired",
@@ -165,18 +181,27 @@ class LeaseElector:
 
     async def _release(self) -> None:
         """Hand the Lease over at once (a rollout, a drain): the standby takes it at its
-        next look instead of waiting for it to expire."""
-        lease = self._lease
-        if lease is None:
-            return
-        spec = dict(lease.get("spec") or {})
-        if spec.get("holderIdentity") != self.settings.identity:
-            return
-        spec.pop("holderIdentity", None)
-        spec["leaseDurationSeconds"] = 1
+        next look instead of waiting for it to expire. Read afresh: the last copy this
+        replica holds may be older than the Lease (a renewal cut short by the shutdown
+        may have been applied), and a write with its resourceVersion would be refused."""
         try:
-            released = {**lease, "spec": spec}
-            await asyncio.wait_for(self.api.request("PUT", "leases", self.path, released), 5)
-            logger.info("lease released", extra={"lease": self.settings.name})
+            await asyncio.wait_for(self._release_once(), 5)
         except Exception as exc:
-            logger.warning("lease: not released: %s", exc, extra={"lease": self.settings.name})
+            logger.warning("lease: not released: %r", exc, extra={"lease": self.settings.name})
+
+    async def _release_once(self) -> None:
+        for _ in range(3):
+            lease = await self.api.request("GET", "leases", self.path)
+            spec = dict(lease.get("spec") or {})
+            if spec.get("holderIdentity") != self.settings.identity:
+                return
+            spec.pop("holderIdentity", None)
+            spec["leaseDurationSeconds"] = 1
+            try:
+                await self.api.request("PUT", "leases", self.path, {**lease, "spec": spec})
+            except ApiError as exc:
+                if exc.status == 409:  # written since it was read: read again
+                    continue
+                raise
+            logger.info("lease released", extra={"lease": self.settings.name})
+            return

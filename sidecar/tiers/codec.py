@@ -1,0 +1,141 @@
+"""What the shared tier stores and where: the framed value and the key layout. Pure.
+
+A value is a version marker, an echo of the key and generation, a flag, the result's
+wall-clock timestamps and length, then the result bytes (the JSON-RPC `result` value,
+never headers, tokens or the caller's id). A value read back is verified before it is
+served — the marker, the key echo, the length, and that the result is one JSON object
+exactly as the memory tier encodes it — because it crossed a network and a store other
+programs can write to: a value filed under the wrong key (by a bug, by hand, or by a
+client that mixed up replies to cancelled commands, as redis-py once did) must never be
+served.
+
+Keys are `mcpcache:<namespace>:{<app id>:<server>}:<key>`, and a server's generation is
+`mcpcache:<namespace>:@generation:{<app id>:<server>}`. The braces are a Redis Cluster
+hash tag: an app's server has its entries and its generation in one slot, so a lookup
+reads both from one node in one round trip (a pipeline that never crosses shards), and a
+failover moves them together. Different apps and servers spread over the shards; one
+app's one server does not (see the shared-tier guide, "Sizing"). On one Redis the
+braces are only characters. The namespace comes first, outside the tag, so that one ACL
+pattern per namespace (`~mcpcache:<namespace>:*`) confines it.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import quote
+
+import orjson
+
+from ..rules.messages import encode_result
+
+MAGIC: Final = b"mcpcache/2\n"
+"""The framing and version marker every stored value starts with."""
+_HEAD: Final = struct.Struct("!BddI")  # flags, stored_at, expires_at, result length
+_EVENT_STREAM: Final = 1
+KEY_LENGTH: Final = 64
+"""A cache key is a hex sha256."""
+GENERATION_LENGTH: Final = 16
+"""A generation is 16 hex digits, or empty before the server's first removal."""
+OVERHEAD: Final = len(MAGIC) + KEY_LENGTH + 2 + GENERATION_LENGTH + _HEAD.size
+"""The most a stored value adds to its result."""
+
+
+@dataclass(frozen=True, slots=True)
+class TierEntry:
+    """A result read from the shared tier, with wall-clock (Unix) timestamps."""
+
+    result: bytes
+    event_stream: bool
+    stored_at: float
+    expires_at: float
+    ttl_at: int = 0
+    """Where the result's `ttlMs` value starts (see `messages.encode_result`), 0: none."""
+
+
+def _echo(key: str, generation: bytes) -> bytes:
+    return b"".join((key.encode("ascii"), b":", generation, b"\n"))
+
+
+def encode(
+    key: str,
+    result: bytes,
+    event_stream: bool,
+    stored_at: float,
+    expires_at: float,
+    generation: bytes = b"",
+) -> bytes:
+    flags = _EVENT_STREAM if event_stream else 0
+    head = _HEAD.pack(flags, stored_at, expires_at, len(result))
+    return b"".join((MAGIC, _echo(key, generation), head, result))
+
+
+def decode(value: bytes, key: str, generation: bytes = b"") -> TierEntry | None:
+    """The entry `value` holds for `key` in this `generation` of its server, or None
+    when it is not a value this tier wrote for this key since the server's last removal."""
+    start = len(MAGIC)
+    echo = _echo(key, generation)
+    head_at = start + len(echo)
+    body_at = head_at + _HEAD.size
+    if len(value) < body_at or not value.startswith(MAGIC):
+        return None
+    if value[start:head_at] != echo:
+        return None
+    flags, stored_at, expires_at, length = _HEAD.unpack_from(value, head_at)
+    result = value[body_at:]
+    if flags & ~_EVENT_STREAM or length != len(result) or not stored_at <= expires_at:
+        return None
+    # Framed into responses as it is, so it must be exactly what this tier writes: one
+    # JSON object in the encoding the memory tier stores (no raw line break that could
+    # end an event-stream frame early, `ttlMs` last where a hit restates it).
+    if b"\n" in result or b"\r" in result:
+        return None
+    try:
+        parsed = orjson.loads(result)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    canonical, ttl_at = encode_result(parsed)
+    if canonical != result:
+        return None
+    return TierEntry(result, bool(flags & _EVENT_STREAM), stored_at, expires_at, ttl_at)
+
+
+def glob_escape(text: str) -> str:
+    """`text` as a literal in a SCAN pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+class KeyLayout:
+    """Where one namespace's entries and generations live in Redis."""
+
+    def __init__(self, namespace: str) -> None:
+        self._prefix = f"mcpcache:{namespace}:"
+
+    def app_prefix(self, app_id: str) -> str:
+        """Every entry key of one app starts with this (the app id quoted: no `:`, brace
+        or glob character reaches the key, so one app's prefix is never another's)."""
+        return f"{self._prefix}{{{quote(app_id, safe='')}:"
+
+    def server_prefix(self, app_id: str, server: str) -> str:
+        """Every entry key of one app's server starts with this; the hash tag ends here."""
+        return f"{self.app_prefix(app_id)}{server}}}:"
+
+    def entry(self, app_id: str, server: str, key: str) -> str:
+        return f"{self.server_prefix(app_id, server)}{key}"
+
+    def generation(self, app_id: str, server: str) -> str:
+        """Where a server's generation lives: in its entries' slot, beside the apps'
+        prefixes and never under one (`@` is always quoted in an app id), so that no
+        purge pattern removes it."""
+        return f"{self._prefix}@generation:{{{quote(app_id, safe='')}:{server}}}"
+
+    def server_pattern(self, app_id: str, server: str) -> str:
+        """A SCAN pattern matching every entry of one app's server, and nothing else."""
+        return glob_escape(self.server_prefix(app_id, server)) + "*"
+
+    def app_pattern(self, app_id: str) -> str:
+        """A SCAN pattern matching every entry of one app, and nothing else."""
+        return glob_escape(self.app_prefix(app_id)) + "*"

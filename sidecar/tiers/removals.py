@@ -1,0 +1,122 @@
+"""Removing a server's entries from the shared tier, on every shard, without losing a
+removal to a late write or to an incident.
+
+Writes run in the background and a removal is a SCAN, so a write can land after the
+SCAN that should have removed it (or after Redis, paused, comes back). Each server of an
+app therefore has a generation in Redis, a random token that every removal replaces
+before it scans; a lookup reads the entry and the generation in one round trip, an
+answer fetched after it is stored with the generation it saw, and an entry stored under
+another generation is never served. A write that lands late is dead on arrival. A
+removal is owed until its new generation is in Redis: until then (Redis slow, paused or
+gone, the breaker open) the server's entries are neither read from the tier nor written
+to it, and the new generation is tried again every `retry_after`, so that a purge during
+an incident is never lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from .breaker import Failed
+from .codec import GENERATION_LENGTH, KeyLayout
+
+if TYPE_CHECKING:
+    from .connect import RedisClient
+
+T = TypeVar("T")
+
+
+class Runner(Protocol):
+    """The tier's way of running one Redis operation (bounded, guarded, counted)."""
+
+    def __call__(
+        self, op: str, call: Callable[[], Awaitable[T]], guarded: bool = True
+    ) -> Awaitable[T | Failed]: ...
+
+
+class Removals:
+    """The removals of one tier, and those still owed."""
+
+    def __init__(
+        self, run: Runner, client: RedisClient, keys: KeyLayout, retry_after: float
+    ) -> None:
+        self._run = run
+        self._client = client
+        self._keys = keys
+        self._retry_after = retry_after
+        self._owed: dict[tuple[str, str], asyncio.Future[None]] = {}
+        """Removals whose new generation is not in Redis yet, by app and server."""
+
+    def owed(self, app_id: str, server: str) -> bool:
+        return (app_id, server) in self._owed
+
+    async def delete_server(self, app_id: str, server: str) -> int:
+        """Remove every entry of one server for one app, for every caller (a purge): a
+        new generation first, which kills every value stored before it (written late
+        or not), then a SCAN that frees their memory."""
+        generation = secrets.token_hex(GENERATION_LENGTH // 2)
+        name = self._keys.generation(app_id, server)
+        await self._run("set", partial(self._client.set, name, generation))
+        return await self.delete_matching(self._keys.server_pattern(app_id, server))
+
+    def forget_server(self, app_id: str, server: str) -> None:
+        """Remove one server's entries for one app in the background. Owed at once: the
+        server's entries are not read from the tier again until the new generation is in
+        Redis, however long that takes."""
+        owed = self._owed.get((app_id, server))
+        if owed is not None and not owed.done():
+            return  # the generation still to be set comes after this removal too
+        task = asyncio.ensure_future(self._settle(app_id, server))
+        self._owed[(app_id, server)] = task
+
+    async def _settle(self, app_id: str, server: str) -> None:
+        """Set the server's new generation, trying every `retry_after` until Redis takes
+        it (whatever the breaker says), then free the old entries' memory."""
+        name = self._keys.generation(app_id, server)
+        try:
+            while True:
+                generation = secrets.token_hex(GENERATION_LENGTH // 2)
+                done = await self._run(
+                    "set", partial(self._client.set, name, generation), guarded=False
+                )
+                if not isinstance(done, Failed):
+                    break
+                await asyncio.sleep(self._retry_after)
+        finally:
+            self._owed.pop((app_id, server), None)
+        await self.delete_matching(self._keys.server_pattern(app_id, server))
+
+    async def delete_matching(self, pattern: str) -> int:
+        """SCAN and UNLINK in batches on every primary of a cluster (a key lives on its
+        shard only), each round trip bounded by the timeout. A node that fails ends the
+        pass: the generation already fences off what it missed, and their TTL frees them."""
+        targets = await self._run("scan", self._client.scan_targets)
+        if isinstance(targets, Failed):
+            return 0
+        removed = 0
+        for target in targets:
+            cursor = 0
+            while True:
+                page = await self._run("scan", partial(self._client.scan, target, cursor, pattern))
+                if isinstance(page, Failed):
+                    return removed
+                cursor, names = page
+                if names:
+                    count = await self._run("delete", partial(self._client.unlink, names))
+                    if isinstance(count, Failed):
+                        return removed
+                    removed += count
+                if cursor == 0:
+                    break
+        return removed
+
+    async def aclose(self) -> None:
+        """Give up the removals still owed (nothing reads this replica's tier any more)."""
+        owed = list(self._owed.values())
+        for removal in owed:
+            removal.cancel()
+        await asyncio.gather(*owed, return_exceptions=True)

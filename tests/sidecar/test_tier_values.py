@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from mcpcache.sidecar.rules.messages import encode_result
-from mcpcache.sidecar.tiers.breaker import Breaker
+from mcpcache.sidecar.tiers.breaker import FAILED, POOL_FULL, SKIPPED, Breaker
 from mcpcache.sidecar.tiers.codec import MAGIC, KeyLayout, TierEntry, decode, encode, glob_escape
 from peers.clock import Clock
 
@@ -119,7 +119,7 @@ def test_a_purge_pattern_matches_its_keys_literally() -> None:
     """Glob characters a server name may hold match only themselves in a SCAN pattern."""
     keys = KeyLayout("agents")
     assert glob_escape("a*b?c[d]e\\f") == "a\\*b\\?c\\[d\\]e\\\\f"
-    assert glob_escape("plain-name_1") == "plain-name_1"
+    assert glob_escape("Plain-name_1.X") == "Plain-name_1.X"
     assert keys.server_pattern("app", "s*") == "mcpcache:agents:{app:s\\*}:*"
     assert keys.app_pattern("app") == "mcpcache:agents:{app:*"
 
@@ -180,3 +180,7 @@ def test_a_probe_that_never_reports_back_lets_another_probe_after_a_pause() -> N
     clock.now += 5
     assert breaker.allow(), "a cancelled probe does not keep the tier skipped for good"
     assert breaker.state == "half_open"
+
+
+def test_an_operation_that_did_not_happen_says_why_in_its_metric_label() -> None:
+    assert [f.label for f in (FAILED, SKIPPED, POOL_FULL)] == ["error", "skipped", "pool_full"]

@@ -1,29 +1,47 @@
 #!/usr/bin/env bash
-# Mutation testing of the sidecar's pure modules against their fast unit tests, with
-# mutmut. Not part of CI's run: it takes minutes per module. Run it after changing one of
-# these modules or its tests, and kill (or explain) every mutant that survives.
+# Mutation testing of the pure modules (and the pure parts of a few others) against their
+# fast unit tests, with mutmut. Not part of CI's run: it takes minutes per module. Run it
+# after changing one of these modules or its tests, and kill (or explain) every mutant
+# that survives.
 #
-#   bash tests/mutation.sh                 # every module below
-#   bash tests/mutation.sh key policy      # some of them
+#   bash tests/mutation.sh                            # every module below
+#   bash tests/mutation.sh rules/key cache/store      # some of them (sidecar/ is implied)
+#   bash tests/mutation.sh operator/resource          # an operator module
+#   bash tests/mutation.sh --fresh rules/key          # forget earlier results first
 #
-# mutmut goes into a throwaway virtualenv of its own (not the project's), and runs in a
-# staging copy laid out as `src/mcpcache/sidecar/`, so that the tests import the mutated
-# copy and never this checkout (which the project's own venv installs editable).
-# Results stay in the staging folder between runs; `--fresh` starts over.
+# A module is named by its path without `.py`, under `sidecar/` unless it starts with
+# `operator/`. mutmut goes into a throwaway virtualenv of its own (not the project's), and
+# runs in a staging copy of the package tree laid out as `src/mcpcache/sidecar/` and
+# `src/mcpcache/operator/`, so that the tests import the mutated copy and never this
+# checkout (which the project's own venv installs editable). Results stay in the staging
+# folder between runs; `--fresh` starts over. MUTATION_JOBS sets mutmut's parallelism.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${MCPCACHE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcpcache}
 python=${PYTHON:-python3}
 MUTMUT_VERSION=3.8.1
-ALL=(key policy store messages capture units config sse headers session_ids hints notices)
-# The fast unit tests that pin these modules down (no sockets, no subprocesses).
+ALL=(
+  rules/key rules/policy rules/answers cache/store rules/messages rules/capture config/units
+  config/fields config/servers config/tools config/model rules/sse rules/headers
+  rules/session_ids rules/hints rules/notices rules/arguments rules/callers rules/numbers
+  rules/schema_defaults upstream/flights proxy/invalidation tiers/codec tiers/breaker app/admin
+  operator/resource operator/configmap operator/status operator/injection
+)
+# The fast unit tests that pin these modules down (no sockets, no subprocesses), by their
+# path under tests/.
 TESTS=(
-  test_key.py test_key_form.py test_policy.py test_policy_rules.py test_store.py
-  test_store_properties.py test_units.py test_config.py test_sse.py test_messages.py
-  test_headers.py test_capture.py test_value_forms.py test_event_bounds.py test_store_rules.py
-  test_config_tiers.py test_session_ids.py
-  test_hints_and_notices.py test_store_layout.py test_observations.py
+  sidecar/test_key.py sidecar/test_key_form.py sidecar/test_policy.py
+  sidecar/test_policy_rules.py sidecar/test_policy_sharing.py sidecar/test_store.py
+  sidecar/test_store_properties.py sidecar/test_units.py sidecar/test_config.py
+  sidecar/test_sse.py sidecar/test_messages.py sidecar/test_headers.py
+  sidecar/test_capture.py sidecar/test_value_forms.py sidecar/test_event_bounds.py
+  sidecar/test_store_rules.py sidecar/test_config_tiers.py sidecar/test_session_ids.py
+  sidecar/test_hints_and_notices.py sidecar/test_flights.py sidecar/test_invalidation.py
+  sidecar/test_tier_values.py sidecar/test_admin_requests.py sidecar/test_store_layout.py
+  sidecar/test_observations.py
+  operator/test_resource_rules.py operator/test_status_rules.py
+  operator/test_injection_rules.py
 )
 
 fresh=0
@@ -31,68 +49,112 @@ modules=()
 for arg in "$@"; do
   case "$arg" in
     --fresh) fresh=1 ;;
-    *) modules+=("$arg") ;;
+    operator/* | sidecar/*) modules+=("${arg%.py}") ;;
+    *) modules+=("sidecar/${arg%.py}") ;;
   esac
 done
-[ ${#modules[@]} -gt 0 ] || modules=("${ALL[@]}")
+[ ${#modules[@]} -gt 0 ] || for module in "${ALL[@]}"; do
+  case "$module" in
+    operator/*) modules+=("$module") ;;
+    *) modules+=("sidecar/$module") ;;
+  esac
+done
+for module in "${modules[@]}"; do
+  [ -f "$ROOT/$module.py" ] || { echo "no such module: $module.py" >&2; exit 2; }
+done
 
-venv="$cache/mutation-venv-$MUTMUT_VERSION"
-if [ ! -f "$venv/.complete" ]; then
-  rm -rf "$venv"
-  "$python" -m venv "$venv"
-  # The pure modules' own dependencies (from pyproject.toml) and the test runner.
-  "$venv/bin/python" - "$ROOT/pyproject.toml" > "$venv/requirements.txt" <<'PY'
+# The modules under test import the sidecar's web and Redis layers too, so the venv holds
+# every runtime dependency of pyproject.toml, plus the test runner and its plugins.
+requirements=$("$python" - "$ROOT/pyproject.toml" <<'PY'
 import re, sys, tomllib
 project = tomllib.load(open(sys.argv[1], "rb"))["project"]
-wanted = {"pydantic", "pyyaml", "orjson", "cachetools", "pytest", "hypothesis"}
-for requirement in project["dependencies"] + project["optional-dependencies"]["test"]:
+wanted = {"pytest", "pytest-asyncio", "hypothesis"}
+print("\n".join(project["dependencies"]))
+for requirement in project["optional-dependencies"]["test"]:
     if re.split(r"[<>=\[ ]", requirement)[0].lower() in wanted:
         print(requirement)
 PY
+)
+key=$(printf '%s\n' "$requirements" | sha256sum | cut -c1-12)
+venv="$cache/mutation-venv-$MUTMUT_VERSION-$key"
+if [ ! -f "$venv/.complete" ]; then
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  printf '%s\n' "$requirements" > "$venv/requirements.txt"
   "$venv/bin/python" -m pip install --quiet "mutmut==$MUTMUT_VERSION" -r "$venv/requirements.txt"
   touch "$venv/.complete"
 fi
 
-stage="$cache/mutation-stage"
-[ "$fresh" = 0 ] || rm -rf "$stage"
-mkdir -p "$stage/src/mcpcache/sidecar" "$stage/tests"
-# Only changed files are copied, so that mutmut's record of what it already ran holds.
-for source in "$ROOT"/sidecar/*.py; do
-  target="$stage/src/mcpcache/sidecar/$(basename "$source")"
-  cmp -s "$source" "$target" || cp -p "$source" "$target"
-done
-rm -f "$stage/tests/"*.py
-for test in "${TESTS[@]}"; do
-  [ -f "$ROOT/tests/sidecar/$test" ] && cp -p "$ROOT/tests/sidecar/$test" "$stage/tests/"
-done
+# One staging folder per module (mutmut keeps its mutants and results there, and only
+# makes mutants of the files named when the folder is new).
+stages="$cache/mutation-stage"
+if [ "$fresh" = 1 ]; then
+  for module in "${modules[@]}"; do
+    rm -rf "${stages:?}/$module"
+  done
+fi
 
-only=()
-for module in "${modules[@]}"; do
-  only+=("\"src/mcpcache/sidecar/$module.py\"")
-done
-tests=()
-for test in "$stage"/tests/*.py; do
-  tests+=("\"tests/$(basename "$test")\"")
-done
-cat > "$stage/pyproject.toml" <<TOML
+stage_module() {  # the package tree, the tests and mutmut's settings for module $1
+  local stage=$1 module=$2 package path source target test
+  mkdir -p "$stage/src/mcpcache"
+  # The package tree as the distribution maps it (sidecar/ and operator/ under
+  # mcpcache/). Only changed files are copied, so that mutmut's record of what it already
+  # ran holds; files gone from the checkout go from the stage too.
+  for package in sidecar operator; do
+    while read -r path; do
+      source="$ROOT/$package/$path"
+      target="$stage/src/mcpcache/$package/$path"
+      mkdir -p "$(dirname "$target")"
+      cmp -s "$source" "$target" || cp -p "$source" "$target"
+    done < <(cd "$ROOT/$package" && find . -name '*.py' -not -path '*/__pycache__/*')
+    if [ -d "$stage/src/mcpcache/$package" ]; then
+      while read -r path; do
+        [ -f "$ROOT/$package/$path" ] || rm -f "$stage/src/mcpcache/$package/$path"
+      done < <(cd "$stage/src/mcpcache/$package" && find . -name '*.py')
+    fi
+  done
+  # The tests, with the shared helpers of tests/peers/ and an empty conftest.py (so that
+  # pytest puts tests/ on the path for `peers`, as in the full suite).
+  rm -rf "$stage/tests"
+  mkdir -p "$stage/tests/sidecar" "$stage/tests/operator"
+  cp -rp "$ROOT/tests/peers" "$stage/tests/peers"
+  : > "$stage/tests/conftest.py"
+  local selected=()
+  for test in "${TESTS[@]}"; do
+    if [ -f "$ROOT/tests/$test" ]; then
+      cp -p "$ROOT/tests/$test" "$stage/tests/$test"
+      selected+=("\"tests/$test\"")
+    fi
+  done
+  cat > "$stage/pyproject.toml" <<TOML
 [tool.mutmut]
-source_paths = ["src/mcpcache/sidecar"]
-only_mutate = [$(IFS=,; echo "${only[*]}")]
-pytest_add_cli_args_test_selection = [$(IFS=,; echo "${tests[*]}")]
+source_paths = ["src/mcpcache"]
+only_mutate = ["src/mcpcache/$module.py"]
+pytest_add_cli_args_test_selection = [$(IFS=,; echo "${selected[*]}")]
 pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]
 
 [tool.pytest.ini_options]
+asyncio_mode = "auto"
+asyncio_default_fixture_loop_scope = "session"
+asyncio_default_test_loop_scope = "session"
 filterwarnings = ["ignore::DeprecationWarning"]
 TOML
+}
 
-cd "$stage"
-"$venv/bin/mutmut" run --max-children "${MUTATION_JOBS:-2}" || true
-"$venv/bin/mutmut" results --all true > results.txt || true
-echo
-echo "per module (killed / all; survived mutants are listed in $stage/results.txt):"
+table=()
 for module in "${modules[@]}"; do
-  total=$(grep -c "^ *mcpcache\.sidecar\.$module\.x" results.txt || true)
-  killed=$(grep "^ *mcpcache\.sidecar\.$module\.x" results.txt | grep -c ": killed" || true)
-  echo "  $module: $killed / $total"
+  stage="$stages/$module"
+  stage_module "$stage" "$module"
+  (cd "$stage" && "$venv/bin/mutmut" run --max-children "${MUTATION_JOBS:-2}") || true
+  (cd "$stage" && "$venv/bin/mutmut" results --all true > results.txt) || true
+  prefix="mcpcache\.$(echo "$module" | tr / .)"
+  total=$(grep -c "^ *$prefix\.x" "$stage/results.txt" || true)
+  killed=$(grep "^ *$prefix\.x" "$stage/results.txt" | grep -c ": killed" || true)
+  table+=("  ${module#sidecar/}: $killed / $total")
+  while read -r line; do
+    table+=("    $line")
+  done < <(grep "^ *$prefix\.x" "$stage/results.txt" | grep -E ": (survived|no tests|timeout|suspicious)" || true)
 done
-grep -E ": (survived|no tests|timeout|suspicious)" results.txt || echo "no surviving mutant"
+echo
+echo "per module (killed / all, then every mutant not killed; details: mutmut show NAME in $stages/MODULE):"
+printf '%s\n' "${table[@]}"

@@ -8,6 +8,7 @@ request costs about a quarter of what httpx's does (see benchmarks/).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import AsyncIterator
 from typing import Literal
@@ -41,6 +42,18 @@ def _timeout(connect: float, read: float | None) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
 
 
+def _close_delimited(headers: dict[str, str]) -> bool:
+    """The body has no length of its own and ends when the connection does (RFC 9112,
+    6.3): neither `Content-Length` nor a chunked `Transfer-Encoding`."""
+    return "content-length" not in headers and "transfer-encoding" not in headers
+
+
+def _retrieved(closed: asyncio.Future[None]) -> None:
+    """A reset nobody asks about (the body left half-read) is not an unhandled error."""
+    if not closed.cancelled():
+        closed.exception()
+
+
 class UpstreamResponse:
     """An upstream answer whose headers have arrived; the body is read as it comes."""
 
@@ -53,6 +66,23 @@ class UpstreamResponse:
         ]
         self.header_map = joined(self.headers)
         self.event_stream = media_type(self.header_map) == EVENT_STREAM
+        self._closed = self._connection_closed()
+
+    def _connection_closed(self) -> asyncio.Future[None] | None:
+        """For a body that ends with its connection, how the connection ended.
+
+        aiohttp ends such a body as complete whether the connection was closed or reset
+        (a reset has no other sign on the body's stream); its protocol's `closed` future
+        (made on first use, so asked for here, before the body is read) fails with the
+        reset instead."""
+        connection = self._response.connection
+        if connection is None or not _close_delimited(self.header_map):
+            return None
+        protocol = connection.protocol
+        closed = protocol.closed if protocol is not None else None
+        if closed is not None:
+            closed.add_done_callback(_retrieved)
+        return closed
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive; a failure mid-body is `UpstreamFailure`:
@@ -64,7 +94,17 @@ class UpstreamResponse:
             raise UpstreamFailure("timeout", exc) from exc
         except aiohttp.ClientError as exc:
             raise UpstreamFailure("broken", exc) from exc
+        if (lost := self._connection_lost()) is not None:
+            raise UpstreamFailure("broken", lost)
         self._complete = True
+
+    def _connection_lost(self) -> BaseException | None:
+        """The error a close-delimited body's connection ended with (its reset)."""
+        closed = self._closed
+        if closed is None or not closed.done() or closed.cancelled():
+            return None
+        lost = closed.exception()  # aiohttp's wrapper, the reset as its cause
+        return None if lost is None else lost.__cause__ or lost
 
     async def aclose(self) -> None:
         """Give the connection back to the pool after a whole body; otherwise close it

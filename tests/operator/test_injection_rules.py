@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from mcpcache.operator.injection import (
@@ -219,3 +221,190 @@ def test_an_explicit_url_variable_is_kept() -> None:
 def test_pods_that_cannot_take_the_sidecar_are_refused(spec: dict, complaint: str) -> None:
     with pytest.raises(InjectionRefused, match=complaint):
         plan_injection(pod(**spec), SETTINGS)
+
+
+FULL_SETTINGS = OperatorSettings(
+    sidecar_image="example/mcpcache:test",
+    sidecar_log_level="DEBUG",
+    sidecar_cache_max_entries=500,
+    sidecar_cache_max_bytes="32Mi",
+    sidecar_shared_cache_url="redis://r:6379/0",
+    sidecar_shared_cache_timeout="30ms",
+    sidecar_shared_cache_namespaces=("agents", "tools"),
+    sidecar_shared_cache_secret="sec",
+    sidecar_resources={"requests": {"cpu": "10m"}},
+)
+FULL_POD = {
+    "metadata": {"name": "p", "annotations": {"mcpcache.io/app-id": "checkout"}},
+    "spec": {
+        "serviceAccountName": "sa",
+        "initContainers": [{"name": "setup", "ports": [{"containerPort": 80}]}],
+        "containers": [
+            {
+                "name": "agent",
+                "env": [{"name": "A", "value": "1"}],
+                "ports": [{"containerPort": 81}],
+            },
+            {"name": "helper"},
+        ],
+        "volumes": [{"name": "data", "emptyDir": {}}],
+    },
+}
+
+
+def field(path: str) -> dict:
+    return {"fieldRef": {"fieldPath": path}}
+
+
+def secret_key(key: str) -> dict:
+    return {"secretKeyRef": {"name": "sec", "key": key, "optional": True}}
+
+
+def test_the_whole_plan_for_a_pod_with_every_setting() -> None:
+    """Every field of the injected container, its volumes and the app containers' URL."""
+    original = copy.deepcopy(FULL_POD)
+    plan = plan_injection(FULL_POD, FULL_SETTINGS)
+    url = {"name": "MCPCACHE_URL", "value": "http://localhost:3500/mcp"}
+    assert plan == {
+        "initContainers": [
+            {"name": "setup", "ports": [{"containerPort": 80}]},
+            {
+                "name": "mcpcache",
+                "image": "example/mcpcache:test",
+                "imagePullPolicy": "IfNotPresent",
+                "restartPolicy": "Always",
+                "args": [
+                    "sidecar",
+                    "--servers-file",
+                    "/etc/mcpcache/config.yaml",
+                    "--allow-missing-config",
+                    "--log-level",
+                    "DEBUG",
+                ],
+                "env": [
+                    {"name": "MCPCACHE_APP_ID", "value": "checkout"},
+                    {"name": "MCPCACHE_METRICS_HOST", "valueFrom": field("status.podIP")},
+                    {"name": "MCPCACHE_LISTEN_PORT", "value": "3500"},
+                    {"name": "MCPCACHE_METRICS_PORT", "value": "9090"},
+                    {"name": "MCPCACHE_CACHE_MAX_ENTRIES", "value": "500"},
+                    {"name": "MCPCACHE_CACHE_MAX_BYTES", "value": "32Mi"},
+                    {"name": "MCPCACHE_SHARED_CACHE_URL", "value": "redis://r:6379/0"},
+                    {"name": "MCPCACHE_NAMESPACE", "valueFrom": field("metadata.namespace")},
+                    {"name": "MCPCACHE_SHARED_CACHE_TIMEOUT", "value": "30ms"},
+                    {"name": "MCPCACHE_SHARED_CACHE_NAMESPACES", "value": "agents,tools"},
+                    {"name": "MCPCACHE_SHARED_CACHE_USERNAME", "valueFrom": secret_key("username")},
+                    {"name": "MCPCACHE_SHARED_CACHE_PASSWORD", "valueFrom": secret_key("password")},
+                ],
+                "ports": [{"name": "mcpcache-prom", "containerPort": 9090}],
+                "readinessProbe": {
+                    "httpGet": {"path": "/readyz", "port": 9090},
+                    "periodSeconds": 5,
+                },
+                "livenessProbe": {
+                    "httpGet": {"path": "/healthz", "port": 9090},
+                    "periodSeconds": 10,
+                },
+                "resources": {"requests": {"cpu": "10m"}},
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 65532,
+                    "runAsGroup": 65532,
+                    "readOnlyRootFilesystem": True,
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "volumeMounts": [
+                    {"name": "mcpcache-config", "mountPath": "/etc/mcpcache", "readOnly": True},
+                    {
+                        "name": "mcpcache-no-token",
+                        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                        "readOnly": True,
+                    },
+                ],
+            },
+        ],
+        "containers": [
+            {
+                "name": "agent",
+                "env": [{"name": "A", "value": "1"}, url],
+                "ports": [{"containerPort": 81}],
+            },
+            {"name": "helper", "env": [url]},
+        ],
+        "volumes": [
+            {"name": "data", "emptyDir": {}},
+            {
+                "name": "mcpcache-config",
+                "configMap": {"name": "mcpcache-servers", "optional": True},
+            },
+            {"name": "mcpcache-no-token", "emptyDir": {"medium": "Memory", "sizeLimit": "1Ki"}},
+        ],
+    }
+    assert original == FULL_POD, "the pod itself is left as it was"
+    assert plan is not None
+    plan["initContainers"][1]["resources"]["requests"]["cpu"] = "1"
+    assert FULL_SETTINGS.sidecar_resources == {"requests": {"cpu": "10m"}}
+
+
+@pytest.mark.parametrize(
+    ("app_id", "valid"),
+    [
+        ("a", True),
+        ("a" * 253, True),
+        ("a" * 254, False),
+        ("a.b_c-D9", True),
+        ("-a", False),
+        ("a-", False),
+        ("a b", False),
+        ("a/b", False),
+    ],
+)
+def test_an_app_id_is_letters_digits_and_separators_inside(app_id: str, valid: bool) -> None:
+    annotated = pod({"mcpcache.io/app-id": app_id})
+    if valid:
+        assert app_id_of(annotated) == app_id
+    else:
+        with pytest.raises(InjectionRefused, match="is not a valid app id") as refused:
+            app_id_of(annotated)
+        assert str(refused.value) == (
+            f"annotation mcpcache.io/app-id={app_id!r} is not a valid app id: use letters, "
+            "digits, '-', '_' and '.', starting and ending with a letter or digit, "
+            "at most 253 characters"
+        )
+
+
+def test_a_pod_without_metadata_or_spec_gets_the_default_app_id() -> None:
+    assert app_id_of({}) == "default"
+    assert app_id_of({"metadata": {"annotations": {"mcpcache.io/app-id": ""}}}) == "default"
+    assert not wants_sidecar({})
+    assert not wants_sidecar({"metadata": {"labels": {"mcpcache.io/inject": "false"}}})
+
+
+def test_a_port_taken_by_an_init_container_or_an_unnamed_one_is_refused() -> None:
+    setup = {"initContainers": [{"name": "setup", "ports": [{"containerPort": 9090}]}]}
+    with pytest.raises(InjectionRefused) as refused:
+        plan_injection(pod(**setup), SETTINGS)
+    assert str(refused.value) == (
+        "container 'setup' uses port 9090, which the mcpcache sidecar needs"
+    )
+    unnamed = {"containers": [{"ports": [{"name": "x"}, {"containerPort": 3500}]}]}
+    with pytest.raises(InjectionRefused, match="container '\\?' uses port 3500"):
+        plan_injection(pod(**unnamed), SETTINGS)
+
+
+def test_a_pod_without_containers_or_volumes_still_gets_the_sidecar() -> None:
+    plan = plan_injection({"metadata": {}, "spec": {}}, SETTINGS)
+    assert plan is not None
+    assert plan["containers"] == []
+    assert [c["name"] for c in plan["initContainers"]] == ["mcpcache"]
+    assert [v["name"] for v in plan["volumes"]] == ["mcpcache-config", "mcpcache-no-token"]
+
+
+def test_a_host_network_pod_is_told_what_to_do_instead() -> None:
+    with pytest.raises(InjectionRefused) as refused:
+        plan_injection(pod(hostNetwork=True), SETTINGS)
+    assert str(refused.value) == (
+        "the pod uses hostNetwork, so the sidecar's listeners would be on the node's "
+        "network; run the agent without hostNetwork, or remove the mcpcache.io/inject label"
+    )

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import yaml
 
-from mcpcache.operator.configmap import configmap_body, hand_edits, render_config
+from mcpcache.operator.configmap import (
+    configmap_body,
+    configmap_of,
+    hand_edits,
+    is_managed,
+    render_config,
+)
 from mcpcache.operator.resource import PURGE_ANNOTATION, resolve_server
 from mcpcache.operator.status import desired_status, same_status
-from mcpcache.sidecar.config import parse_servers_file
+from mcpcache.sidecar.config import Server, dump_servers, parse_servers_file
 
 SPEC = {
     "endpoint": {"streamableHTTP": {"url": "http://docs.tools.svc:8000/mcp"}},
@@ -197,3 +205,69 @@ def test_ignoring_an_identity_header_makes_the_server_not_ready_with_the_reason(
     assert effective.server is None
     assert effective.error is not None
     assert "ignoreHeaders cannot name x-tenant" in effective.error
+
+
+def servers(*names: str) -> list[Server]:
+    found = [resolve_server(name, SPEC).server for name in names]
+    assert all(found)
+    return found  # type: ignore[return-value]
+
+
+def test_the_configmap_text_is_the_sidecars_own_dump_ordered_by_name() -> None:
+    """libyaml's emitter (when installed) writes exactly what the config model's dump does."""
+    text = render_config(servers("zeta", "alpha", "mid"))
+    assert text == dump_servers(tuple(servers("alpha", "mid", "zeta")))
+    assert [s["name"] for s in yaml.safe_load(text)["servers"]] == ["alpha", "mid", "zeta"]
+    assert text.index("name: alpha") < text.index("url:"), "fields in the model's order"
+
+
+def test_the_configmap_is_named_labelled_and_carries_its_digest() -> None:
+    text = render_config(servers("docs"))
+    assert configmap_body("agents", servers("docs")) == {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "mcpcache-servers",
+            "namespace": "agents",
+            "labels": {"app.kubernetes.io/managed-by": "mcpcache-operator"},
+            "annotations": {"mcpcache.io/config-sha256": hashlib.sha256(text.encode()).hexdigest()},
+        },
+        "data": {"config.yaml": text},
+    }
+    assert configmap_of("agents", text, "known")["metadata"]["annotations"] == {
+        "mcpcache.io/config-sha256": "known"
+    }
+
+
+def test_only_the_operators_label_marks_a_configmap_as_managed() -> None:
+    assert is_managed({"app.kubernetes.io/managed-by": "mcpcache-operator", "x": "y"})
+    assert not is_managed({"app.kubernetes.io/managed-by": "someone"})
+    assert not is_managed({})
+    assert not is_managed(None)
+
+
+def test_every_kind_of_hand_edit_is_named() -> None:
+    desired = render_config(servers("docs", "gone"))
+    managed = {"app.kubernetes.io/managed-by": "mcpcache-operator"}
+    annotations = {"mcpcache.io/config-sha256": "not-this-text"}
+
+    def edits(text: str | None) -> list[str]:
+        data = None if text is None else {"config.yaml": text}
+        return hand_edits(data, managed, annotations, desired)
+
+    assert hand_edits(None, None, None, desired) == [
+        "label app.kubernetes.io/managed-by",
+        "data key config.yaml (removed)",
+    ]
+    assert edits("servers: [") == ["config.yaml (not valid YAML)"]
+    assert edits("[1, 2]") == ["config.yaml (not a mapping)"]
+    assert edits("servers: [1]") == ["servers (not a list of servers)"]
+    assert edits("servers: {}\nlisten: {}") == ["key listen", "servers (not a list of servers)"]
+    added = {"servers": [*yaml.safe_load(desired)["servers"], {"name": "new", "url": "http://x"}]}
+    assert edits(yaml.safe_dump(added)) == ["server new (added)"]
+    fewer = {"servers": yaml.safe_load(desired)["servers"][:1]}
+    assert edits(yaml.safe_dump(fewer)) == ["server gone (removed)"]
+    assert edits(yaml.safe_dump(yaml.safe_load(desired), indent=4)) == ["config.yaml (reformatted)"]
+    assert hand_edits({"config.yaml": "x"}, managed, {}, desired) == [], (
+        "no digest: not ours to judge"
+    )

@@ -23,6 +23,7 @@ loopback socket. Each request's path picks the fault:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
@@ -61,8 +62,13 @@ class FaultyUpstream:
         self._stopped.set()
         for gate in self.gates.values():
             gate.set()
+        # close() alone does not wake a thread blocked in accept() on Linux; shutdown does.
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
         self._thread.join(5)
+        if self._thread.is_alive():
+            raise RuntimeError("the faulty upstream's accept loop did not stop within 5s")
 
     def _serve(self) -> None:
         while not self._stopped.is_set():

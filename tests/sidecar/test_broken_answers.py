@@ -73,10 +73,17 @@ def test_a_json_answer_cut_off_mid_body_reaches_the_client_as_a_broken_transfer(
 
 
 @pytest.mark.parametrize("cached", [False, True], ids=["pass-through", "leader"])
+@pytest.mark.parametrize(
+    "fault",
+    # Chunked, a reset is a body without its last chunk; without a length (the body ends
+    # with the connection) only the reset itself tells it from a whole body.
+    ["reset-mid-chunked-stream", "reset-mid-stream"],
+    ids=["chunked", "close-delimited"],
+)
 def test_an_event_stream_that_breaks_ends_with_an_error_event_then_a_broken_transfer(
-    make_sidecar, faulty, cached: bool
+    make_sidecar, faulty, fault: str, cached: bool
 ) -> None:
-    sidecar = sidecar_for(make_sidecar, faulty, "reset-mid-chunked-stream", cached)
+    sidecar = sidecar_for(make_sidecar, faulty, fault, cached)
     received = raw_exchange(sidecar)
     assert received.startswith(b"HTTP/1.1 200")
     assert b"notifications/progress" in received

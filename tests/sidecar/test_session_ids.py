@@ -13,6 +13,7 @@ from mcpcache.sidecar.rules.session_ids import (
     SessionRequestIds,
     id_name,
 )
+from peers.clock import Clock
 
 
 @pytest.mark.parametrize(
@@ -42,14 +43,6 @@ def test_non_numbers_and_numbers_past_a_double_are_named_as_written() -> None:
     assert id_name(10**400) == str(10**400)
     assert id_name("inf") == "inf"
     assert id_name(None) == "None"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_two_requests_with_one_id_in_a_session_are_both_reused() -> None:

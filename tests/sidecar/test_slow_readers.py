@@ -54,7 +54,7 @@ def test_a_client_that_reads_nothing_is_cut_off_after_the_send_timeout(
     server: dict[str, object] = {"name": "e", "url": app.base_url + "/mcp"}
     if cached:
         server["cache"] = {"enabled": True}
-    sidecar = make_sidecar({"sendTimeout": "2s", "servers": [server]})
+    sidecar = make_sidecar({"sendTimeout": "1s", "servers": [server]})
     sock = stalled_client(sidecar, "e", {"q": uuid.uuid4().hex, "huge_event": 32 << 20})
     try:
         client_port = sock.getsockname()[1]

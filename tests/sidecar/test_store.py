@@ -4,18 +4,11 @@ import orjson
 
 from mcpcache.sidecar.cache.store import EvictionReason, ResponseCache, Scope
 from mcpcache.sidecar.rules.messages import encode_result
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from peers.clock import Clock
 
 
 def make(max_entries: int = 10, max_bytes: int = 1000) -> tuple[ResponseCache, Clock, list[str]]:
-    clock = Clock()
+    clock = Clock(1000.0)
     evicted: list[EvictionReason] = []
     cache = ResponseCache(max_entries, max_bytes, timer=clock, on_evict=evicted.append)
     return cache, clock, evicted  # type: ignore[return-value]

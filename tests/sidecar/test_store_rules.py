@@ -7,14 +7,7 @@ from __future__ import annotations
 import pytest
 
 from mcpcache.sidecar.cache.store import EvictionReason, ResponseCache
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from peers.clock import Clock
 
 
 def cache(max_entries: int = 10, max_bytes: int = 1000) -> tuple[ResponseCache, Clock, list]:

@@ -175,13 +175,20 @@ IDLE = 0.3
 """A follower's idle time in these tests; the time passing is what they test."""
 
 
-async def test_a_follower_gives_up_on_a_flight_that_makes_no_progress() -> None:
+async def follower_of_a_trickling_flight() -> tuple[Flight, asyncio.Future[Outcome | None]]:
+    """A follower of a flight whose upstream sends a few bytes several times in each idle
+    time, for two idle times: the time passing, with bytes in it, is what is tested."""
     one, _ = flight(keep_going=True)
-    one.capture = ResponseCapture(1, event_stream=True, max_size=1 << 16)
+    capture = one.capture = ResponseCapture(1, event_stream=True, max_size=1 << 16)
     waiting = asyncio.ensure_future(one.wait_as_follower(IDLE))
-    for _ in range(12):  # bytes keep arriving, several in each idle time: it keeps waiting
+    for _ in range(12):
         await asyncio.sleep(IDLE / 6)
-        one.capture.feed(b": ping\n\n")
+        capture.feed(b": ping\n\n")
+    return one, waiting
+
+
+async def test_a_follower_gives_up_on_a_flight_that_makes_no_progress() -> None:
+    one, waiting = await follower_of_a_trickling_flight()
     assert not waiting.done()
     assert one.followers == 1
     assert await asyncio.wait_for(waiting, 5) is None
@@ -189,12 +196,7 @@ async def test_a_follower_gives_up_on_a_flight_that_makes_no_progress() -> None:
 
 
 async def test_a_follower_waits_past_the_idle_time_while_bytes_arrive() -> None:
-    one, _ = flight(keep_going=True)
-    one.capture = ResponseCapture(1, event_stream=True, max_size=1 << 16)
-    waiting = asyncio.ensure_future(one.wait_as_follower(IDLE))
-    for _ in range(12):
-        await asyncio.sleep(IDLE / 6)
-        one.capture.feed(b": ping\n\n")
+    one, waiting = await follower_of_a_trickling_flight()
     one.settle(Outcome("answer", b"{}"))
     assert await asyncio.wait_for(waiting, 5) == Outcome("answer", b"{}")
 

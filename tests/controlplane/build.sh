@@ -7,7 +7,9 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-cache_root=${MCPCACHE_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcpcache/controlplane}
+# MCPCACHE_TOOLS_CACHE names the folder of all the built tools (as in tests/node), never
+# this build's own: the clean-up below empties the folder it builds into.
+cache_root=${MCPCACHE_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcpcache}/controlplane
 
 key=$(
   {

@@ -22,7 +22,7 @@ from peers.paths import CHART, CRD
 from peers.rediscluster import RedisCluster
 from peers.redissentinel import RedisSentinel
 from peers.redisserver import RedisServer, redis_server_binary
-from peers.serving import ServedApp, served, wait_until
+from peers.serving import STOPPING, ServedApp, served, wait_until
 from peers.sidecar import RunningSidecar
 from peers.upstream import Upstream
 
@@ -42,6 +42,14 @@ the fixtures a test uses (`PEER_MARKERS`)."""
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def stopping() -> Iterator[None]:
+    """The peers whose teardown left their last steps for later have all stopped by the
+    end of the session (or it fails)."""
+    yield
+    STOPPING.finish()
 
 
 @pytest.fixture(scope="session")
@@ -70,7 +78,7 @@ def own_upstream() -> Iterator[tuple[Upstream, ServedApp]]:
     app = ServedApp(peer.app(json_response=True)).start()
     yield peer, app
     if app.server.started and not app.server.should_exit:
-        app.stop()
+        app.stop_soon()
 
 
 @pytest.fixture(scope="session")
@@ -156,7 +164,7 @@ def make_sidecar(tmp_path: Path) -> Iterator[SidecarFactory]:
 
     yield start
     for sidecar in running:
-        sidecar.stop()
+        sidecar.stop_soon()
 
 
 def server_entry(name: str, url: str, **cache: Any) -> dict[str, Any]:

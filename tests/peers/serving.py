@@ -58,6 +58,49 @@ async def async_wait_until(
         await asyncio.sleep(0.01)
 
 
+class Stopping:
+    """Peers asked to stop whose last steps have not been waited for yet.
+
+    uvicorn takes 0.1 to 0.2 s to stop a server however idle (it notices the request on
+    its next 0.1 s tick, then waits a fixed 0.1 s for connections to wind down): as long
+    as the test after it runs, when that part of a teardown has no observable effect
+    left. `finish` waits for all of them and fails if one did not stop; the suite calls it
+    at the end of the session, and `reap` closes those already stopped as it goes.
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[threading.Thread, Callable[[], None]]] = []
+
+    def later(self, thread: threading.Thread, last_steps: Callable[[], None]) -> None:
+        """`last_steps` (a join that fails when the peer does not stop, then its clean-up)
+        run once `thread` ends, or at `finish`."""
+        self._pending.append((thread, last_steps))
+        self.reap()
+
+    def reap(self) -> None:
+        """Run the last steps of every peer that has stopped by now, without waiting."""
+        done = [entry for entry in self._pending if not entry[0].is_alive()]
+        self._pending = [entry for entry in self._pending if entry[0].is_alive()]
+        for _, last_steps in done:
+            last_steps()
+
+    def finish(self) -> None:
+        """Wait for every peer to stop, running their last steps; fail if one does not."""
+        pending, self._pending = self._pending, []
+        errors = []
+        for _, last_steps in pending:
+            try:
+                last_steps()
+            except Exception as exc:  # every peer is waited for before any error is raised
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+STOPPING = Stopping()
+"""The suite's one list of peers still stopping."""
+
+
 class ThreadLoop:
     """Runs one coroutine in an event loop on its own thread."""
 
@@ -106,6 +149,15 @@ class ServedApp:
 
     def stop(self) -> None:
         self.server.should_exit = True
+        self._finish()
+
+    def stop_soon(self) -> None:
+        """Stop, waiting for the server's last steps only later (`STOPPING`): for a
+        fixture's teardown, once nothing of the test talks to this server any more."""
+        self.server.should_exit = True
+        STOPPING.later(self._loop.thread, self._finish)
+
+    def _finish(self) -> None:
         self._loop.join()
         self.socket.close()
 

@@ -19,7 +19,14 @@ from mcpcache.sidecar.app.assembly import Sidecar
 from mcpcache.sidecar.app.reload import ConfigSource
 
 from .kubelet import project
-from .serving import ThreadLoop, end_process_group, free_port, loopback_socket, wait_until
+from .serving import (
+    STOPPING,
+    ThreadLoop,
+    end_process_group,
+    free_port,
+    loopback_socket,
+    wait_until,
+)
 
 
 class RunningSidecar:
@@ -58,6 +65,23 @@ class RunningSidecar:
 
     def stop(self) -> None:
         self.sidecar.request_shutdown()
+        self._finish()
+
+    def stop_soon(self) -> None:
+        """Stop, waiting for the listeners' last steps only later (`STOPPING`): for a
+        fixture's teardown. The upstream fetches still running are ended first, as the
+        sidecar's own shutdown ends them, so that nothing of this sidecar reaches an
+        upstream once its test is over. A sidecar with a shared tier (whose writes may
+        still be under way) stops at once."""
+        loop = self.sidecar.loop
+        if self.sidecar.shared is not None or loop is None or not self._loop.thread.is_alive():
+            self.stop()
+            return
+        self.sidecar.request_shutdown()
+        asyncio.run_coroutine_threadsafe(self.sidecar.proxy.aclose(), loop).result(15)
+        STOPPING.later(self._loop.thread, self._finish)
+
+    def _finish(self) -> None:
         self._loop.join()
         self._proxy_socket.close()
         self._metrics_socket.close()

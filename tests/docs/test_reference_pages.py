@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,6 +20,7 @@ from pydantic import BaseModel
 
 from mcpcache.sidecar.config import SidecarConfig, load_config
 from mcpcache.sidecar.rules.messages import NotStoredReason
+from peers.clients import http_get
 from peers.operator import OperatorProcess
 from peers.paths import CRD
 from peers.serving import free_port
@@ -135,7 +135,7 @@ def sidecar_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     sidecar = RunningSidecar(tmp_path_factory.mktemp("metrics") / "sidecar.yaml", document)
     sidecar.start()
     try:
-        yield httpx.get(f"{sidecar.metrics_url}/metrics", timeout=10).text
+        yield http_get(f"{sidecar.metrics_url}/metrics", timeout=10).text
     finally:
         sidecar.stop()
 

@@ -22,7 +22,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from peers.clients import mcp_client
+from peers.clients import http_get, mcp_client
 from peers.kubelet import project as project_files
 from peers.serving import async_wait_until, free_port, wait_until
 from peers.sidecar import parse_samples
@@ -30,7 +30,7 @@ from peers.sidecar import sample as sample_of
 
 
 def hits(metrics_url: str, server: str) -> float:
-    text = httpx.get(f"{metrics_url}/metrics").text
+    text = http_get(f"{metrics_url}/metrics").text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "mcpcache_requests_total" and sample.labels == {
@@ -115,7 +115,7 @@ async def test_an_applied_mcpserver_is_cached_by_a_sidecar(
 
 def _ok(url: str) -> bool:
     try:
-        return httpx.get(url).status_code == 200
+        return http_get(url).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -143,7 +143,7 @@ def project(core: client.CoreV1Api, namespace: str, config_file: Path, holds: st
 
 
 def metric(metrics_url: str, name: str, **labels: str) -> float:
-    return sample_of(parse_samples(httpx.get(f"{metrics_url}/metrics").text), name, **labels)
+    return sample_of(parse_samples(http_get(f"{metrics_url}/metrics").text), name, **labels)
 
 
 async def test_a_purge_annotation_empties_the_servers_entries_in_a_running_sidecar(

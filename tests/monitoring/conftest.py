@@ -17,7 +17,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from peers.binaries import go_built
-from peers.clients import call_body, call_headers, mcp_client
+from peers.clients import call_body, call_headers, http_client, mcp_client
 from peers.operator import OperatorProcess
 from peers.prometheus import BIN_ENV, OPERATOR_JOB, SIDECAR_JOB, PrometheusServer, Traffic
 from peers.serving import ServedApp, async_wait_until, free_port
@@ -128,7 +128,7 @@ async def collapsed_pair(sidecar: RunningSidecar, peer: Upstream) -> None:
         body = call_body(request_id, "held", {"gate": gate})
         return await http.post(sidecar.url("burst"), json=body, headers=headers)
 
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with http_client(timeout=30) as http:
         calls = [asyncio.create_task(call(http, f"burst-{n}")) for n in range(2)]
         try:
             await async_wait_until(lambda: sidecar.waiting() >= 1, what="a follower")
@@ -146,7 +146,7 @@ async def stale_answer(sidecar: RunningSidecar) -> None:
     answered from the expired entry while it is fetched again."""
     headers = call_headers("echo")
     body = call_body("first", "echo", {"text": "stale"})
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with http_client(timeout=30) as http:
         first = await http.post(sidecar.url("stale"), json=body, headers=headers)
         assert first.headers["cache-status"].startswith("mcpcache; fwd=miss")
         stored_at = time.monotonic()  # the entry was stored before this

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import pytest
 
+from peers.clients import http_get
 from peers.operator import OperatorProcess
 from peers.prometheus import OPERATOR_JOB, SIDECAR_JOB, PrometheusServer, Traffic, promtool
 from peers.sidecar import RunningSidecar
@@ -111,7 +111,7 @@ def test_upstream_latency_quantiles_follow_the_slow_server(
 def check_metrics(prometheus_bin: Path, url: str) -> None:
     """`promtool check metrics` on what `url` serves: names, types, units and help
     follow Prometheus's conventions."""
-    exposition = httpx.get(url, timeout=10).text
+    exposition = http_get(url, timeout=10).text
     result = promtool(prometheus_bin, "check", "metrics", stdin=exposition)
     assert result.returncode == 0, result.stdout + result.stderr
 

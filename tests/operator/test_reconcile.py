@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 
-import httpx
 import pytest
 import yaml
 from kubernetes import client
 
+from peers.clients import http_get
 from peers.resources import GROUP, PLURAL, VERSION, configured_servers, mcpserver, new_namespace
 from peers.serving import wait_until
 
@@ -199,7 +199,7 @@ def test_operator_metrics_and_health(operator, namespace, objects, core) -> None
     assert operator.sample("mcpcache_operator_reconciles_total", result="error") == errors
     assert operator.sample("mcpcache_operator_mcpservers", namespace=namespace) == 1
     for _ in range(3):
-        assert httpx.get(f"http://127.0.0.1:{operator.health_port}/healthz", timeout=5).is_success
+        assert http_get(f"http://127.0.0.1:{operator.health_port}/healthz", timeout=5).is_success
     assert "aiohttp.access" not in operator.log_tail(5000), "a probe writes no log line"
 
 

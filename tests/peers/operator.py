@@ -20,6 +20,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
+from .clients import http_get
 from .controlplane import Authority, ControlPlane
 from .serving import end_process_group, free_port, wait_until
 
@@ -100,7 +101,7 @@ class OperatorProcess:
             raise RuntimeError(f"operator exited:\n{self.log_tail()}")
         try:
             url = f"http://127.0.0.1:{self.health_port}/healthz"
-            return httpx.get(url, timeout=5).status_code == 200
+            return http_get(url, timeout=5).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -112,7 +113,7 @@ class OperatorProcess:
         return "\n".join(text.splitlines()[-lines:])
 
     def metrics(self) -> str:
-        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+        return http_get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
 
     def sample(self, name: str, **labels: str) -> float | None:
         """One sample of the operator's /metrics, or None when it is not there."""
@@ -126,7 +127,7 @@ class OperatorProcess:
         """Whether its readiness probe (the chart's) passes: the webhook answers."""
         try:
             url = f"http://127.0.0.1:{self.health_port}/readyz"
-            return httpx.get(url, timeout=5).status_code == 200
+            return http_get(url, timeout=5).status_code == 200
         except httpx.HTTPError:
             return False
 

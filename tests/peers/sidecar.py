@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from mcpcache.sidecar.app.assembly import Sidecar
 from mcpcache.sidecar.app.reload import ConfigSource
 
+from .clients import http_get
 from .kubelet import project
 from .serving import (
     STOPPING,
@@ -108,7 +109,7 @@ class RunningSidecar:
 
     def scrape(self) -> Samples:
         """Every sample of /metrics, parsed by prometheus-client's own parser."""
-        return parse_samples(httpx.get(f"{self.metrics_url}/metrics", timeout=10).text)
+        return parse_samples(http_get(f"{self.metrics_url}/metrics", timeout=10).text)
 
     def sample(self, name: str, **labels: str) -> float:
         return sample(self.scrape(), name, **labels)
@@ -183,7 +184,7 @@ class SidecarProcess:
         if self.process.poll() is not None:
             raise RuntimeError(f"the sidecar exited:\n{self.stderr()}")
         try:
-            return httpx.get(f"{self.metrics_url}/readyz", timeout=2).status_code == 200
+            return http_get(f"{self.metrics_url}/readyz", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -214,5 +215,5 @@ class SidecarProcess:
         return f"http://127.0.0.1:{self.metrics_port}"
 
     def sample(self, name: str, **labels: str) -> float:
-        text = httpx.get(f"{self.metrics_url}/metrics", timeout=10).text
+        text = http_get(f"{self.metrics_url}/metrics", timeout=10).text
         return sample(parse_samples(text), name, **labels)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
 
-from peers.clients import call_body, call_headers
+from peers.clients import call_body, call_headers, http_client
 
 JSON_HEADERS = call_headers("echo")
 
@@ -85,7 +84,7 @@ async def test_bad_requests_get_a_precise_error_and_change_nothing(
 ) -> None:
     peer, _ = json_upstream
     posts = peer.http["POST"]
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         response = await http.post(sidecar.url("json"), content=content, headers=headers)
         assert response.status_code == status
         assert response.headers["content-type"] == "application/json"
@@ -105,7 +104,7 @@ async def test_a_body_over_the_limit_gets_413(make_sidecar, json_upstream) -> No
         {"maxRequestBytes": "1Ki", "servers": [{"name": "s", "url": app.base_url + "/mcp"}]}
     )
     big = call_body(1, "echo", {"text": "x" * 2000})
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         response = await http.post(sidecar.url("s"), json=big, headers=JSON_HEADERS)
 
         async def chunks():
@@ -118,7 +117,7 @@ async def test_a_body_over_the_limit_gets_413(make_sidecar, json_upstream) -> No
 
 
 async def test_oversized_headers_get_431(sidecar) -> None:
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         response = await http.post(
             sidecar.url("json"),
             json=call_body(1, "echo", {}),
@@ -126,14 +125,14 @@ async def test_oversized_headers_get_431(sidecar) -> None:
         )
     assert response.status_code == 431
     assert response.json()["error"]["message"] == "request headers exceed the limit of 65536 bytes"
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         assert (await http.get(f"{sidecar.metrics_url}/healthz")).status_code == 200
 
 
 async def test_unknown_methods_are_forwarded_and_their_errors_not_cached(
     sidecar, json_upstream
 ) -> None:
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         for request_id in (1, 2):
             payload = {
                 "jsonrpc": "2.0",

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from peers.clients import call_body, call_headers, post
+from peers.clients import call_body, call_headers, http_client, post
 from peers.faulty import FaultyUpstream
 from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar
@@ -100,7 +100,7 @@ async def test_an_http_client_reading_a_cut_off_answer_gets_an_error_not_a_short
     sidecar = sidecar_for(make_sidecar, faulty, LONG_JSON, cached)
     body = call_body(1, "t", {"q": uuid.uuid4().hex})
     async with (
-        httpx.AsyncClient(timeout=10) as http,
+        http_client(timeout=10) as http,
         http.stream("POST", sidecar.url("s"), json=body, headers=call_headers("t")) as response,
     ):
         assert response.status_code == 200
@@ -122,7 +122,7 @@ def test_a_whole_streamed_answer_still_ends_properly(make_sidecar, faulty) -> No
 async def broken_leader(sidecar: RunningSidecar, body: dict[str, object]) -> None:
     """A leader's client whose stream must break (reset), not end."""
     async with (
-        httpx.AsyncClient(timeout=10) as http,
+        http_client(timeout=10) as http,
         http.stream("POST", sidecar.url("s"), json=body, headers=call_headers("t")) as r,
     ):
         with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):

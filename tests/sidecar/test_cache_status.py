@@ -7,10 +7,9 @@ import asyncio
 import time
 from typing import Any
 
-import httpx
 import pytest
 
-from peers.clients import as_upstream_said, call_body, call_headers, post, unique
+from peers.clients import as_upstream_said, call_body, call_headers, http_client, post, unique
 from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar, one_server
 
@@ -164,7 +163,7 @@ async def test_age_counts_the_seconds_since_the_answer_was_stored(sidecar) -> No
     assert miss.headers["cache-status"] == "mcpcache; fwd=miss; stored"
     ages: list[int] = []
     deadline = stored + 10
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with http_client(timeout=10) as http:
         while not ages or ages[-1] < 1:
             assert time.monotonic() < deadline, f"Age never reached 1 s: {ages}"
             hit = await http.post(

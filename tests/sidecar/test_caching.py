@@ -13,6 +13,7 @@ from peers.clients import (
     as_upstream_said,
     call_body,
     call_headers,
+    http_client,
     mcp_client,
     sse_messages,
     unique,
@@ -41,7 +42,7 @@ async def test_second_identical_call_is_served_from_cache(
 
 async def test_a_hit_carries_the_callers_id_cache_status_and_age(sidecar) -> None:
     text = unique()
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         miss = await http.post(
             sidecar.url("json"),
             json=call_body(1, "echo", {"text": text}),
@@ -64,7 +65,7 @@ async def test_a_hit_carries_the_callers_id_cache_status_and_age(sidecar) -> Non
 async def test_an_event_stream_hit_carries_only_the_final_response(sidecar, upstream) -> None:
     peer, _ = upstream
     text = unique()
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         arguments = {"steps": 2, "text": text}
         body = call_body(7, "progress", arguments, progressToken="p7")
         miss = await http.post(sidecar.url("sse"), json=body, headers=call_headers("progress"))
@@ -150,7 +151,7 @@ async def test_two_callers_never_share_an_entry(make_sidecar, upstream) -> None:
 
 async def test_progress_token_does_not_split_the_cache(sidecar, upstream) -> None:
     text = unique()
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         for request_id in (1, 2, 3):
             body = call_body(request_id, "echo", {"text": text}, progressToken=f"p{request_id}")
             body["params"]["_meta"]["traceparent"] = f"00-{unique()}-{unique()[:16]}-01"
@@ -164,7 +165,7 @@ async def test_progress_token_does_not_split_the_cache(sidecar, upstream) -> Non
 
 async def test_other_meta_members_split_the_cache(sidecar) -> None:
     text = unique()
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         for tenant in ("a", "b"):
             body = call_body(1, "echo", {"text": text}, tenant=tenant)
             response = await http.post(sidecar.url("json"), json=body, headers=call_headers("echo"))
@@ -230,7 +231,7 @@ async def test_many_concurrent_callers_each_get_their_own_answer(sidecar, json_u
         assert body["id"] == f"req-{n}"
         assert body["result"]["content"][0]["text"].startswith(text + " #")
 
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=64)) as http:
+    async with http_client(limits=httpx.Limits(max_connections=64)) as http:
         await asyncio.gather(*(caller(http, n) for n in range(200)))
     outcomes = {
         outcome: sidecar.sample(

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from peers.clients import call_body, call_headers, sse_messages, unique
+from peers.clients import call_body, call_headers, http_client, sse_messages, unique
 from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar, one_server
 from peers.upstream import Upstream
@@ -44,7 +44,7 @@ async def held_calls(
         body = call_body(request_id, "held", arguments, progressToken=f"p-{request_id}")
         return await http.post(sidecar.url(server), json=body, headers=headers)
 
-    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=100)) as http:
+    async with http_client(timeout=30, limits=httpx.Limits(max_connections=100)) as http:
         calls = [asyncio.create_task(call(http, n, i)) for n, i in enumerate(ids)]
         if wait_for != 0:
             try:
@@ -172,7 +172,7 @@ async def test_a_leader_that_goes_away_does_not_take_the_followers_answer(
     # once (without one, nothing flows until the server's 15 s keep-alive ping).
     body = call_body("leader", "held", {"gate": gate}, progressToken="leader")
     baseline = sidecar.tasks()
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with http_client(timeout=30) as http:
         async with http.stream(
             "POST", sidecar.url("sse"), json=body, headers=call_headers("held")
         ) as leader:
@@ -213,7 +213,7 @@ async def test_a_silent_upstream_times_out_every_waiter_with_its_own_id(
     before = peer.calls["held"]
     baseline = sidecar.tasks()
     try:
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with http_client(timeout=30) as http:
             responses = await asyncio.gather(
                 *(
                     http.post(

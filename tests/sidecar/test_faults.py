@@ -11,7 +11,7 @@ import httpx
 import psutil
 import pytest
 
-from peers.clients import call_body, call_headers, post, sse_messages
+from peers.clients import call_body, call_headers, http_client, post, sse_messages
 from peers.faulty import FaultyUpstream
 from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar
@@ -81,7 +81,7 @@ async def test_a_broken_event_stream_ends_with_a_json_rpc_error(sidecar, faulty,
     body = call_body(7, "echo", {})
     received = b""
     async with (
-        httpx.AsyncClient(timeout=10) as http,
+        http_client(timeout=10) as http,
         http.stream("POST", sidecar.url(fault), json=body, headers=call_headers("echo")) as r,
     ):
         assert r.status_code == 200
@@ -120,7 +120,7 @@ async def test_a_large_slow_body_is_relayed_as_it_arrives_not_buffered(sidecar, 
     baseline = tasks(sidecar)
     # The upstream sends the second half only once the test has read the first MB: a
     # relay that held the body back would make this read time out.
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with http_client(timeout=10) as http:
         gate, response = await open_gated(sidecar, faulty, http)
         assert response.headers["cache-status"] == "mcpcache; fwd=miss; detail=too-large"
         received = 0
@@ -137,7 +137,7 @@ async def test_a_large_slow_body_is_relayed_as_it_arrives_not_buffered(sidecar, 
 
 async def test_a_client_that_goes_away_releases_the_upstream(sidecar, faulty) -> None:
     baseline = tasks(sidecar)
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with http_client(timeout=30) as http:
         gate, response = await open_gated(sidecar, faulty, http)
         async for _ in response.aiter_raw():
             break

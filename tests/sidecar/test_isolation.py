@@ -10,7 +10,7 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from peers.clients import call_body, call_headers
+from peers.clients import call_body, call_headers, http_client
 from peers.serving import served
 from peers.upstream import Upstream
 
@@ -29,7 +29,7 @@ async def test_authorization_goes_only_to_the_server_the_request_names(
                 ]
             }
         )
-        async with httpx.AsyncClient() as http:
+        async with http_client() as http:
             with_token = call_headers("headers") | {"authorization": "Bearer for-a-only"}
             seen_a = await http.post(
                 sidecar.url("a"), json=call_body(1, "headers", {}), headers=with_token
@@ -73,7 +73,7 @@ def no_answer_ever_carries_another_callers_result_or_id(sidecar, batches) -> Non
             assert response.headers["cache-status"] == "mcpcache; hit"
 
     async def main() -> None:
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with http_client(timeout=30) as http:
             for batch in batches:
                 await asyncio.gather(*(one(http, *call) for call in batch))
                 answered.update((token, argument) for token, argument, _ in batch)

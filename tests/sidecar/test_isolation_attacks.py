@@ -21,6 +21,7 @@ from peers.clients import (
     as_upstream_said,
     call_body,
     call_headers,
+    http_client,
     mcp_client,
     post,
     unique,
@@ -197,7 +198,7 @@ async def test_numbers_a_double_cannot_hold_never_share_an_entry(
             '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":'
             '{"name":"t","arguments":{"account":' + number + "}}}"
         )
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with http_client(timeout=30) as http:
             response = await http.post(
                 sidecar_on_echo.url("echo"), content=body, headers=call_headers("t")
             )
@@ -222,7 +223,7 @@ async def test_ambiguous_credentials_are_refused(sidecar_on_echo, echo_upstream,
     peer, _ = echo_upstream
     calls = peer.calls
     base = list(call_headers("t").items())
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with http_client(timeout=30) as http:
         response = await http.post(
             sidecar_on_echo.url("echo"),
             content=httpx.Request("POST", "/", json=call_body(1, "t", {})).read(),
@@ -305,7 +306,7 @@ async def test_one_huge_event_is_relayed_without_being_held(
     try:
         received = 0
         async with (
-            httpx.AsyncClient(timeout=60) as http,
+            http_client(timeout=60) as http,
             http.stream(
                 "POST",
                 sidecar.url("echo"),
@@ -486,7 +487,7 @@ def no_answer_is_ever_one_produced_for_another_identity(sidecar_on_echo, batches
         assert str(seen["arguments"]["n"]) == str(number)
 
     async def main() -> None:
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with http_client(timeout=30) as http:
             for batch in batches:
                 await asyncio.gather(*(one(http, *item) for item in batch))
             # The first call once more, alone: a hit whenever its answer could be kept, so

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from mcpcache.sidecar.config import SharedCache
 from mcpcache.sidecar.metrics import SharedMetrics
 from mcpcache.sidecar.tiers.redis_tier import RedisTier
-from peers.clients import call_body, call_headers, post, sse_messages, unique
+from peers.clients import call_body, call_headers, http_client, post, sse_messages, unique
 from peers.echo import who_answered
 from peers.redisserver import RedisServer
 from peers.serving import ServedApp, async_wait_until
@@ -48,7 +48,7 @@ def raw_call(request_id: str, tool: str, arguments: dict[str, Any]) -> bytes:
 
 
 async def post_raw(url: str, body: bytes, headers: dict[str, str], seconds: float = 10) -> Any:
-    async with httpx.AsyncClient(timeout=seconds) as http:
+    async with http_client(timeout=seconds) as http:
         return await http.post(url, content=body, headers=headers)
 
 
@@ -250,7 +250,7 @@ async def test_a_copy_read_from_the_shared_tier_goes_with_a_purge(
     copied = await call_echo(reader, arguments)
     assert copied.headers["cache-status"].startswith("mcpcache; hit")
     admin = f"http://127.0.0.1:{reader.port}/admin"
-    async with httpx.AsyncClient(timeout=5) as http:
+    async with http_client(timeout=5) as http:
         stats = (await http.get(f"{admin}/stats")).json()
         assert stats["servers"]["echo"]["entries"] == 1, "the copy is counted under its server"
         if removal == "admin":
@@ -323,7 +323,7 @@ async def test_an_answer_in_flight_when_its_session_ends_is_not_stored(
     calls = peer.calls
     pending = asyncio.ensure_future(post(url, call_body(1, "t", arguments), headers))
     await async_wait_until(lambda: peer.calls == calls + 1, what="the call upstream")
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with http_client(timeout=10) as http:
         ended = await http.delete(url, headers={"mcp-session-id": session})
     assert ended.status_code == 200
     peer.gate(gate).set()
@@ -351,7 +351,7 @@ async def test_metrics_answer_any_host_and_hold_nothing_of_a_caller(sidecar_on_e
     secret = "Bearer " + unique()
     argument = unique()
     await call_echo_named(sidecar_on_echo, {"q": argument}, authorization=secret)
-    async with httpx.AsyncClient(timeout=5) as http:
+    async with http_client(timeout=5) as http:
         response = await http.get(
             sidecar_on_echo.metrics_url + "/metrics", headers={"host": "rebound.evil"}
         )
@@ -513,7 +513,7 @@ async def test_a_purge_while_redis_is_out_of_reach_is_kept_until_redis_takes_it(
             await call_echo(replica, {"q": unique()})
         assert replica.sidecar.shared is not None
         assert replica.sidecar.shared.breaker_state == "open"
-        async with httpx.AsyncClient(timeout=5) as http:
+        async with http_client(timeout=5) as http:
             purged = await http.post(
                 f"http://127.0.0.1:{replica.port}/admin/purge", json={"server": "echo"}
             )

@@ -17,7 +17,7 @@ from mcpcache.sidecar.config import ConfigError, Server, parse_config
 from mcpcache.sidecar.rules import policy
 from mcpcache.sidecar.rules.headers import NOT_KEY_MATERIAL, forwarded
 from mcpcache.sidecar.rules.messages import parse_message
-from peers.clients import call_body, call_headers, unique
+from peers.clients import call_body, call_headers, http_client, unique
 from peers.echo import EchoUpstream, who_answered
 from peers.serving import ServedApp
 from peers.sidecar import RunningSidecar, one_server
@@ -34,7 +34,7 @@ async def call(
     sidecar: RunningSidecar, arguments: dict[str, Any], headers: Any = ()
 ) -> httpx.Response:
     sent = list(call_headers("t").items()) + list(headers)
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with http_client(timeout=10) as http:
         body = httpx.Request("POST", "/", json=call_body(1, "t", arguments)).read()
         return await http.post(sidecar.url("echo"), content=body, headers=sent)
 
@@ -124,7 +124,7 @@ async def test_names_sent_a_few_times_cannot_crowd_out_the_header_that_matters(
     await call(sidecar, {"q": unique()}, junk)
     for _ in range(8):
         await call(sidecar, {"q": unique()}, [("x-request-id", unique())])
-    async with httpx.AsyncClient(timeout=5) as http:
+    async with http_client(timeout=5) as http:
         text = (await http.get(sidecar.metrics_url + "/metrics")).text
     names = {
         line.split('header="', 1)[1].split('"', 1)[0]

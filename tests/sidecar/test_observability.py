@@ -7,12 +7,12 @@ import logging
 import httpx
 import pytest
 
-from peers.clients import call_body, call_headers, unique
+from peers.clients import call_body, call_headers, http_client, unique
 from peers.serving import async_wait_until
 
 
 async def call(sidecar, server: str, text: str, request_id: int = 1) -> httpx.Response:
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         return await http.post(
             sidecar.url(server),
             json=call_body(request_id, "echo", {"text": text}),
@@ -46,7 +46,7 @@ async def test_metrics_count_hits_misses_entries_and_latency(sidecar) -> None:
 
 async def test_no_caller_token_or_argument_appears_in_any_label(sidecar) -> None:
     secret = unique()
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         headers = call_headers("echo") | {"authorization": f"Bearer {secret}"}
         await http.post(
             sidecar.url("json"), json=call_body(1, "echo", {"text": secret}), headers=headers
@@ -71,7 +71,7 @@ async def test_evictions_are_counted(make_sidecar, json_upstream) -> None:
 
 
 async def test_health_and_readiness(sidecar) -> None:
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         health = await http.get(f"{sidecar.metrics_url}/healthz")
         ready = await http.get(f"{sidecar.metrics_url}/readyz")
     assert health.status_code == 200

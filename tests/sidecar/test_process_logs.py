@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from peers.clients import call_body, call_headers, post, unique
+from peers.clients import call_body, call_headers, http_client, post, unique
 from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar, SidecarProcess, one_server
 
@@ -79,13 +79,13 @@ async def test_a_rejected_reload_is_logged_as_json_with_its_reason(
 async def test_readyz_answers_503_until_both_listeners_are_up(tmp_path: Path) -> None:
     sidecar = RunningSidecar(tmp_path / "sidecar.yaml", one_server("http://127.0.0.1:9/mcp"))
     transport = httpx.ASGITransport(app=sidecar.sidecar.metrics_app())
-    async with httpx.AsyncClient(transport=transport, base_url="http://sidecar") as http:
+    async with http_client(transport=transport, base_url="http://sidecar") as http:
         before = await http.get("/readyz")
         assert (before.status_code, before.json()) == (503, {"status": "starting"})
         assert (await http.get("/healthz")).status_code == 200, "alive all the same"
     sidecar.start()
     try:
-        async with httpx.AsyncClient(timeout=10) as http:
+        async with http_client(timeout=10) as http:
             ready = await http.get(f"{sidecar.metrics_url}/readyz")
             assert (ready.status_code, ready.json()) == (200, {"status": "ready", "servers": 1})
             answer = await post(sidecar.url("nope"), call_body(1, "t", {}), call_headers("t"))

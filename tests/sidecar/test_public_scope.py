@@ -17,6 +17,7 @@ from peers.clients import (
     call_body,
     call_headers,
     call_tool,
+    http_client,
     mcp_client,
     post,
     read_body,
@@ -212,7 +213,7 @@ async def test_a_call_waiting_on_another_users_public_call_shares_only_a_stored_
     sidecar = make_sidecar(one_server(app.base_url + "/mcp", name="docs", tools=rules))
     arguments = {"gate": unique(), "outcome": outcome}
     before = peer.calls["held"]
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with http_client(timeout=30) as http:
 
         async def held(user: str) -> httpx.Response:
             headers = call_headers("held", authorization=f"Bearer {user}")

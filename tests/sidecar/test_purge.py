@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from peers.clients import call_body, call_headers, mcp_client, post, unique
+from peers.clients import call_body, call_headers, http_client, mcp_client, post, unique
 from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar
 
@@ -46,7 +46,7 @@ async def admin(
     sidecar: RunningSidecar, path: str, body: Any = None, **headers: str
 ) -> httpx.Response:
     url = f"http://127.0.0.1:{sidecar.port}/admin/{path}"
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with http_client(timeout=10) as http:
         if body is None:
             return await http.get(url, headers=headers)
         return await http.post(
@@ -143,7 +143,7 @@ async def test_the_admin_endpoints_refuse_what_they_should(
 
 async def test_a_purge_must_be_json(filled) -> None:
     sidecar, _, _ = filled
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with http_client(timeout=10) as http:
         response = await http.post(
             f"http://127.0.0.1:{sidecar.port}/admin/purge",
             content='{"server": "docs"}',

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from peers.clients import call_tool, first_text, unique
+from peers.clients import call_tool, first_text, http_get, unique
 from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar, one_server
 
@@ -23,7 +23,7 @@ def revalidations(sidecar: RunningSidecar, result: str) -> float:
 
 
 def admin_stats(sidecar: RunningSidecar) -> dict[str, Any]:
-    response = httpx.get(f"http://127.0.0.1:{sidecar.port}/admin/stats", timeout=5)
+    response = http_get(f"http://127.0.0.1:{sidecar.port}/admin/stats", timeout=5)
     stats: dict[str, Any] = response.json()
     return stats
 

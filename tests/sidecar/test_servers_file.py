@@ -13,6 +13,7 @@ import httpx
 import yaml
 
 from mcpcache.sidecar.config import parse_config, parse_servers_file
+from peers.clients import http_get
 from peers.serving import end_process_group, free_port, wait_until
 
 SIDECAR = [sys.executable, "-m", "mcpcache.sidecar.cli", "sidecar"]
@@ -69,7 +70,7 @@ def test_a_sidecar_process_listens_where_its_environment_says(tmp_path: Path) ->
 
         def ready() -> bool:
             try:
-                return httpx.get(f"http://127.0.0.1:{metrics}/readyz", timeout=2).is_success
+                return http_get(f"http://127.0.0.1:{metrics}/readyz", timeout=2).is_success
             except httpx.HTTPError:
                 return False
 

@@ -17,7 +17,16 @@ import pytest
 from mcpcache.sidecar.config import ConfigError, parse_config
 from mcpcache.sidecar.tiers.breaker import Breaker
 from mcpcache.sidecar.tiers.codec import MAGIC, decode, encode
-from peers.clients import LEGACY, call_body, call_headers, mcp_client, post, read_body, unique
+from peers.clients import (
+    LEGACY,
+    call_body,
+    call_headers,
+    http_client,
+    mcp_client,
+    post,
+    read_body,
+    unique,
+)
 from peers.controlplane import Authority
 from peers.redisserver import RedisServer, redis_server_binary
 from peers.serving import ServedApp, async_wait_until
@@ -478,7 +487,7 @@ async def test_a_purge_on_one_replica_reaches_every_replicas_shared_entries(
     await call(first, "echo", arguments)
     await stored_in_redis(first)
     assert len(keys(redis_server, document["appId"])) == 1
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with http_client(timeout=10) as http:
         purged = await http.post(
             f"http://127.0.0.1:{first.port}/admin/purge",
             json={"server": "s"},

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from peers.clients import call_body, call_headers, sse_messages
+from peers.clients import call_body, call_headers, http_client, http_get, sse_messages
 from peers.serving import free_port, wait_until
 from peers.sidecar import parse_samples, sample
 
@@ -79,7 +79,7 @@ def test_soak_mixed_traffic(upstream, tmp_path: Path) -> None:
 
 def _ok(url: str) -> bool:
     try:
-        return httpx.get(url).status_code == 200
+        return http_get(url).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -133,7 +133,7 @@ async def _drive(url: str, sidecar: psutil.Process, metrics_url: str) -> dict:
             rss.append(sidecar.memory_info().rss)
             await asyncio.sleep(0.25)
 
-    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=32)) as http:
+    async with http_client(timeout=30, limits=httpx.Limits(max_connections=32)) as http:
         await asyncio.gather(sampler(http), *(caller(http, n) for n in range(16)))
     settled = rss[len(rss) // 3 :]
     stats["rss_growth_mib"] = (max(settled) - settled[0]) / 2**20

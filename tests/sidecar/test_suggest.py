@@ -10,9 +10,7 @@ import sys
 import time
 from typing import Any
 
-import httpx
-
-from peers.clients import call_body, call_headers, post, unique
+from peers.clients import call_body, call_headers, http_client, post, unique
 from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar, one_server
 
@@ -50,7 +48,7 @@ async def test_suggest_reports_what_repeated_calls_showed_and_applies_nothing(
         await call(sidecar, "stable", stable)
         await call(sidecar, "echo", changing)
 
-    async with httpx.AsyncClient(timeout=5) as http:
+    async with http_client(timeout=5) as http:
         answer = (await http.get(f"http://127.0.0.1:{sidecar.port}/admin/suggest")).json()
     tools = answer["servers"]["s"]
     assert tools["stable"]["calls"] == 4, "two keys, one of them asked three times"

@@ -33,9 +33,11 @@ MARKERS = (
     "prometheus: uses the suite's Prometheus",
     "redis: uses a real redis-server",
     "typescript: uses the TypeScript SDK peer",
+    "slow: waits a second or more by design: for a TTL, an age in whole seconds, the "
+    "config reload (polled each second), a timeout, a run of fixed length or a fresh install",
 )
-"""What a test needs, to pick a fast set: `bash tests/run.sh -m "not cluster and not
-controlplane and not prometheus"`. `cluster` is set by tests/cluster, the others from
+"""What a test needs, to pick a fast set (see tests/README.md). `cluster` is set
+by tests/cluster, `slow` by the tests themselves (and `PEER_MARKERS`), the others from
 the fixtures a test uses (`PEER_MARKERS`)."""
 
 
@@ -264,8 +266,11 @@ PEER_MARKERS = {
     "redis_sentinel": "redis",
     "own_redis_sentinel": "redis",
     "ts_server": "typescript",
+    "uncached_plane": "controlplane",
+    "image_venv": "slow",
 }
-"""Fixtures that start a slow or external peer, and the marker a test using one gets."""
+"""Fixtures that start a slow or external peer (or install one), and the marker a test
+using one gets."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -57,6 +57,7 @@ async def test_the_sdk_client_sees_a_hits_age_and_storage_time_in_meta(
     assert second.content == first.content, "the text is as the upstream said it"
 
 
+@pytest.mark.slow
 async def test_the_age_in_meta_counts_like_the_age_header(make_sidecar, upstream) -> None:
     sidecar = make_sidecar(one_server(upstream[1].base_url + "/mcp", ttl="30s"))
     text = unique()
@@ -69,6 +70,7 @@ async def test_the_age_in_meta_counts_like_the_age_header(make_sidecar, upstream
     assert meta[AGE] == int(hit.headers["age"]) >= 1
 
 
+@pytest.mark.slow
 async def test_a_stale_answer_carries_its_age_past_the_ttl(make_sidecar, json_upstream) -> None:
     sidecar = make_sidecar(
         one_server(json_upstream[1].base_url + "/mcp", ttl="1s", staleWhileRevalidate="30s")

@@ -142,6 +142,7 @@ async def leader_and_follower(
     return leading, following
 
 
+@pytest.mark.slow
 async def test_followers_of_a_leader_whose_upstream_timed_out_get_a_timeout(
     make_sidecar, faulty
 ) -> None:

@@ -152,6 +152,7 @@ async def test_a_result_larger_than_the_whole_cache_is_over_budget(
     assert small.headers["cache-status"] == "mcpcache; fwd=miss; stored"
 
 
+@pytest.mark.slow
 async def test_age_counts_the_seconds_since_the_answer_was_stored(sidecar) -> None:
     """`Age` is a whole number of seconds that grows: polled on hits until a second has
     passed on the monotonic clock (no sleep stands in for the clock)."""

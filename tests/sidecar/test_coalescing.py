@@ -204,6 +204,7 @@ async def test_a_leader_that_goes_away_does_not_take_the_followers_answer(
     await async_wait_until(lambda: sidecar.tasks() <= baseline, what="no task left behind")
 
 
+@pytest.mark.slow
 async def test_a_silent_upstream_times_out_every_waiter_with_its_own_id(
     make_sidecar, json_upstream
 ) -> None:

@@ -99,6 +99,7 @@ async def test_without_metadata_ttl_lists_are_forwarded_as_before(make_sidecar, 
     assert peer.http["POST"] - posts == 2
 
 
+@pytest.mark.slow
 async def test_the_shorter_of_metadata_ttl_and_ttl_ms_applies(make_sidecar, listing) -> None:
     _, app = listing  # ttlMs 60000
     sidecar = make_sidecar(one_server(app.base_url + "/mcp", metadataTTL="1s"))

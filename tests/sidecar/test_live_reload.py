@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import pytest
+
 from peers.clients import as_upstream_said, call_body, call_headers, post, unique
 from peers.echo import who_answered
 from peers.serving import async_wait_until
@@ -28,6 +30,7 @@ async def reloaded(sidecar: RunningSidecar, document: dict[str, Any], applied: f
     )
 
 
+@pytest.mark.slow
 async def test_callers_with_different_app_ids_never_share_an_entry_in_one_cache(
     make_sidecar, echo_upstream
 ) -> None:
@@ -55,6 +58,7 @@ async def test_callers_with_different_app_ids_never_share_an_entry_in_one_cache(
     assert as_upstream_said(back.json()["result"]) == first.json()["result"]
 
 
+@pytest.mark.slow
 async def test_limits_change_live_but_listeners_budget_and_hosts_wait_for_a_restart(
     make_sidecar, echo_upstream, caplog
 ) -> None:
@@ -90,6 +94,7 @@ async def test_limits_change_live_but_listeners_budget_and_hosts_wait_for_a_rest
     assert restart_only == {"listen", "cache", "allowed_hosts"}
 
 
+@pytest.mark.slow
 async def test_a_kubelet_style_symlink_swap_is_reloaded(make_sidecar, echo_upstream) -> None:
     """The mounted file's name stays a symlink through `..data`; only its target moves."""
     _, app = echo_upstream

@@ -102,6 +102,7 @@ def _upstream_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]
     return [r for r in caplog.records if r.getMessage() == "upstream call"]
 
 
+@pytest.mark.slow
 async def test_a_changed_config_file_takes_effect_without_restart(
     make_sidecar, json_upstream
 ) -> None:
@@ -123,6 +124,7 @@ async def test_a_changed_config_file_takes_effect_without_restart(
     assert hit.headers["cache-status"] == "mcpcache; hit", "a config change never flushes the cache"
 
 
+@pytest.mark.slow
 async def test_an_invalid_config_file_keeps_the_last_good_one(
     make_sidecar, json_upstream, caplog
 ) -> None:

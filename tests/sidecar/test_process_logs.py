@@ -62,6 +62,7 @@ async def test_each_upstream_call_is_one_json_line_on_stderr_and_a_hit_writes_no
     assert len(text.splitlines()) == len(sidecar_process.log_lines()), "every line is JSON"
 
 
+@pytest.mark.slow
 async def test_a_rejected_reload_is_logged_as_json_with_its_reason(
     sidecar_process: SidecarProcess,
 ) -> None:

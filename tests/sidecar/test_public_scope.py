@@ -241,6 +241,7 @@ async def test_a_call_waiting_on_another_users_public_call_shares_only_a_stored_
         assert peer.calls["held"] == before + 2
 
 
+@pytest.mark.slow
 async def test_entries_kept_per_caller_are_not_served_once_a_rule_makes_the_tool_public(
     make_sidecar, upstream
 ) -> None:

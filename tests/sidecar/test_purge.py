@@ -206,6 +206,7 @@ async def test_the_cli_shows_stats_and_purges(filled) -> None:
     assert "unknown MCP server 'nope'" in unknown.stderr
 
 
+@pytest.mark.slow
 async def test_a_changed_purge_marker_in_the_file_drops_that_servers_entries(
     make_sidecar, upstream
 ) -> None:
@@ -281,6 +282,7 @@ async def test_the_cli_talks_to_the_sidecar_even_with_a_proxy_in_the_environment
     assert _Impostor.seen == []
 
 
+@pytest.mark.slow
 async def test_expired_entries_are_reported_apart_and_reading_stats_drops_nothing(
     make_sidecar, upstream
 ) -> None:

@@ -456,6 +456,7 @@ async def test_a_shared_hit_restates_ttl_ms_as_the_freshness_left(
     assert 0 < shared_result["ttlMs"] <= 60_000  # what is left of it
 
 
+@pytest.mark.redis
 async def test_rediss_is_verified_tls(make_sidecar, json_upstream) -> None:
     _, app = json_upstream
     redis = RedisServer(redis_server_binary(), tls=Authority.create("redis-test-ca")).start()

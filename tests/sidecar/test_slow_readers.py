@@ -46,6 +46,7 @@ def read_to_end(sock: socket.socket) -> None:
         pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cached", [False, True], ids=["pass-through", "cached server"])
 def test_a_client_that_reads_nothing_is_cut_off_after_the_send_timeout(
     make_sidecar, echo_upstream, cached: bool

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
 from peers.clients import call_body, call_headers, http_client, http_get, sse_messages
 from peers.serving import free_port, wait_until
@@ -34,6 +35,7 @@ def metric(text: str, name: str) -> float:
     return sample(parse_samples(text), name)
 
 
+@pytest.mark.slow
 def test_soak_mixed_traffic(upstream, tmp_path: Path) -> None:
     _, app = upstream
     listen, metrics_port = free_port(), free_port()

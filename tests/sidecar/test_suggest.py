@@ -10,6 +10,8 @@ import sys
 import time
 from typing import Any
 
+import pytest
+
 from peers.clients import call_body, call_headers, http_client, post, unique
 from peers.serving import async_wait_until
 from peers.sidecar import RunningSidecar, one_server
@@ -33,6 +35,7 @@ def cli(sidecar: RunningSidecar, *args: str) -> subprocess.CompletedProcess[str]
     )
 
 
+@pytest.mark.slow
 async def test_suggest_reports_what_repeated_calls_showed_and_applies_nothing(
     make_sidecar, json_upstream
 ) -> None:

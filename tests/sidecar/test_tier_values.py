@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from mcpcache.sidecar.rules.messages import encode_result
-from mcpcache.sidecar.tiers.breaker import FAILED, POOL_FULL, SKIPPED, Breaker
+from mcpcache.sidecar.tiers.breaker import FAILED, POOL_FULL, SKIPPED, Breaker, Failed
 from mcpcache.sidecar.tiers.codec import MAGIC, KeyLayout, TierEntry, decode, encode, glob_escape
 from peers.clock import Clock
 
@@ -184,3 +184,7 @@ def test_a_probe_that_never_reports_back_lets_another_probe_after_a_pause() -> N
 
 def test_an_operation_that_did_not_happen_says_why_in_its_metric_label() -> None:
     assert [f.label for f in (FAILED, SKIPPED, POOL_FULL)] == ["error", "skipped", "pool_full"]
+
+
+def test_an_operation_that_did_not_happen_keeps_the_label_it_was_given() -> None:
+    assert Failed("timeout").label == "timeout"

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from mcpcache.sidecar.config import (
     MAX_SIZE_CEILING,
@@ -10,6 +11,12 @@ from mcpcache.sidecar.config import (
     dump_config,
     load_config,
     parse_config,
+)
+from mcpcache.sidecar.config.tools import (
+    MAX_SKIP_VALUE_LENGTH,
+    ToolRule,
+    is_catch_all,
+    value_text,
 )
 
 MINIMAL = """
@@ -131,3 +138,43 @@ def test_identity_headers_are_lowered_and_must_be_header_names() -> None:
     assert parse_config(text, environ={}).servers[0].cache.identity_headers == ("x-tenant",)
     with pytest.raises(ConfigError, match="not an HTTP header name"):
         parse_config(text.replace("X-Tenant", "'bad header'"), environ={})
+
+
+def test_a_rule_naming_a_value_twice_says_so() -> None:
+    with pytest.raises(ValidationError) as refused:
+        ToolRule.model_validate({"name": "t", "ignoreArguments": ["a", "a"]})
+    assert refused.value.errors()[0]["msg"] == "Value error, must not name the same value twice"
+
+
+def test_skip_if_values_have_one_to_256_characters() -> None:
+    for length in (1, MAX_SKIP_VALUE_LENGTH):
+        rule = ToolRule.model_validate({"name": "t", "skipIf": {"v": "x" * length}})
+        assert rule.skip_if == {"v": ("x" * length,)}
+    for length in (0, MAX_SKIP_VALUE_LENGTH + 1):
+        with pytest.raises(ValidationError, match="a skipIf value has 1 to 256 characters"):
+            ToolRule.model_validate({"name": "t", "skipIf": {"v": "x" * length}})
+
+
+def test_only_a_pattern_of_stars_catches_every_tool() -> None:
+    assert is_catch_all("*")
+    assert is_catch_all("**")
+    assert not is_catch_all("*x")
+    assert not is_catch_all("X")
+
+
+def test_argument_values_compare_as_loose_text_and_objects_not_at_all() -> None:
+    assert value_text(True) == "true"
+    assert value_text(False) == "false"
+    assert value_text(None) == "null"
+    assert value_text(2.0) == "2"
+    assert value_text(2.5) == "2.5"
+    assert value_text(7) == "7"
+    assert value_text("Latest") == "latest"
+    assert value_text(["a"]) is None
+    assert value_text({"a": 1}) is None
+
+
+def test_a_glob_shadows_a_later_literal_name_it_matches() -> None:
+    earlier = ToolRule.model_validate({"name": "get_*"})
+    assert ToolRule.model_validate({"name": "get_X"}).shadowed_by(earlier)
+    assert not ToolRule.model_validate({"name": "get_X*"}).shadowed_by(earlier)

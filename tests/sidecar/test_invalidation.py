@@ -10,10 +10,13 @@ import pytest
 
 from mcpcache.sidecar.cache.store import ResponseCache, Scope
 from mcpcache.sidecar.config import parse_config
+from mcpcache.sidecar.config.tools import ToolRule
 from mcpcache.sidecar.metrics import Metrics
 from mcpcache.sidecar.proxy.invalidation import Invalidator
+from mcpcache.sidecar.rules import arguments
 from mcpcache.sidecar.rules.arguments import MatchedRemoval, argument_digests
 from mcpcache.sidecar.rules.hints import ToolHints
+from mcpcache.sidecar.rules.key import secret_digest
 from mcpcache.sidecar.rules.notices import Notice
 
 SCOPES = {
@@ -193,3 +196,36 @@ def test_a_matched_write_drops_only_the_entries_filed_with_its_values() -> None:
     assert invalidator.epoch("s") == 1
     assert invalidator.tools("s", [MatchedRemoval("nothing_*", ours)], "write") == 0
     assert set(cache) == {"theirs", "other-tool", "readme"}
+
+
+def test_arguments_that_are_not_an_object_are_none() -> None:
+    assert arguments.arguments_of({"arguments": ["a"]}) == {}
+    assert arguments.arguments_of({}) == {}
+    assert arguments.arguments_of({"arguments": {"a": 1}}) == {"a": 1}
+
+
+def test_an_object_value_is_filed_under_its_canonical_json() -> None:
+    ((_, digest),) = argument_digests(("q",), {"q": {"b": 1, "a": [2]}})
+    assert digest == secret_digest('q\0json:{"a":[2],"b":1}')
+    assert argument_digests(("q",), {"q": {"a": [2], "b": 1}}) == ((("q", digest),))
+    assert argument_digests(("q",), {"q": {"a": [3], "b": 1}}) != ((("q", digest),))
+
+
+def test_one_value_under_two_names_has_two_digests() -> None:
+    (_, first), (_, second) = argument_digests(("a", "b"), {"a": "x", "b": "x"})
+    assert first != second
+
+
+def test_a_matched_write_removes_the_entries_of_the_tool_it_names() -> None:
+    rule = ToolRule.model_validate(
+        {"name": "create_issue", "invalidates": [{"tool": "list_*", "match": ["owner"]}]}
+    )
+    (removal,) = arguments.removals(rule, {"owner": "o", "title": "t"})
+    assert removal == MatchedRemoval("list_*", argument_digests(("owner",), {"owner": "o"}))
+
+
+def test_defaults_fill_a_call_sent_without_arguments() -> None:
+    assert arguments.with_defaults({"name": "t"}, {"limit": 10}) == {
+        "name": "t",
+        "arguments": {"limit": 10},
+    }

@@ -26,7 +26,7 @@ from mcpcache.sidecar.rules.messages import (
     parse_message,
     routing_header_mismatch,
 )
-from mcpcache.sidecar.rules.numbers import has_inexact_number
+from mcpcache.sidecar.rules.numbers import _number_shapes, has_inexact_number
 
 
 def encoded(body: Any) -> bytes:
@@ -293,3 +293,9 @@ def test_a_stored_result_is_framed_under_the_callers_id() -> None:
         b'event: message\ndata: {"jsonrpc":"2.0","id":null,"result":{}}\n\n'
     )
     assert frame_event(b"{}") == b"event: message\ndata: {}\n\n"
+
+
+def test_number_shapes_make_digits_and_dots_0_exponents_e_and_signs_minus() -> None:
+    table = _number_shapes()
+    assert len(table) == 256
+    assert b"-12.5E+300 eX,x".translate(table) == b"-0000e-000 eX,x"

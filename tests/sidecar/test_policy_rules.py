@@ -9,7 +9,7 @@ import pytest
 
 from mcpcache.sidecar.cache.store import Scope
 from mcpcache.sidecar.config import Server
-from mcpcache.sidecar.rules import answers, policy
+from mcpcache.sidecar.rules import answers, callers, policy
 from mcpcache.sidecar.rules.key import cache_key, secret_digest
 from mcpcache.sidecar.rules.messages import Message, Verdict
 
@@ -232,3 +232,19 @@ def test_a_write_may_have_happened_unless_its_answer_says_it_did_not(
     reason: str | None, status: int, wrote: bool
 ) -> None:
     assert answers.write_happened(Verdict(reason), status) is wrote  # type: ignore[arg-type]
+
+
+def test_the_extra_keyed_headers_are_those_beyond_identity_session_and_version() -> None:
+    headers = {"authorization": "a", "x-tenant": "t", "mcp-protocol-version": "v"}
+    keyed = callers.keyed_headers(server(), headers)
+    assert callers.extra_keyed_headers(server(), keyed) == {"x-tenant"}
+
+
+def test_a_keyed_header_sent_twice_is_keyed_on_both_copies_in_order() -> None:
+    raw = [("authorization", "first"), ("Authorization", "second"), ("x-request-id", "1")]
+    raw += [("x-request-id", "2")]
+    headers = {"authorization": "first, second", "x-request-id": "1, 2"}
+    on = server(ignoreHeaders=["x-request-id"])
+    keyed = callers.keyed_headers(on, headers)
+    material = callers.identity(on, headers, keyed, raw)
+    assert material == {"header:authorization": secret_digest("first\nsecond")}

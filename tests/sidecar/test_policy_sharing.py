@@ -360,3 +360,49 @@ def test_a_public_rule_keeps_callers_apart_when_the_protocol_version_is_unknown(
     with_version = plan(s, call("search", {"q": "x"}), {"authorization": "a"})
     assert isinstance(with_version, policy.Lookup)
     assert with_version.scope.public, "with the version header the rule still shares"
+
+
+def nested(levels: int, around: Any) -> Any:
+    """`around` inside `levels` one-member objects (lists, when `around` is a list)."""
+    for _ in range(levels):
+        around = [around] if isinstance(around, list) else {"a": around}
+    return around
+
+
+@pytest.mark.parametrize("kind", [{}, []])
+def test_a_property_nested_past_16_levels_has_no_certain_default(kind: Any) -> None:
+    def schema(levels: int) -> dict[str, Any]:
+        return {"properties": {"p": {"default": 1, "examples": nested(levels, kind)}}}
+
+    assert certain_defaults(schema(15)) == {"p": 1}
+    assert certain_defaults(schema(16)) == {}
+
+
+def test_a_reference_inside_a_list_makes_a_default_uncertain() -> None:
+    prop = {"default": 1, "items": [{"type": "integer"}, {"$ref": "#/$defs/x"}]}
+    assert certain_defaults({"properties": {"p": prop}}) == {}
+
+
+def test_properties_and_required_must_be_an_object_and_a_list() -> None:
+    assert certain_defaults({"properties": None, "required": []}) == {}
+    assert certain_defaults({"properties": {"p": {"default": 1}}, "required": "q"}) == {}
+
+
+def test_at_most_64_defaults_are_taken() -> None:
+    properties = {f"p{n}": {"default": n} for n in range(70)}
+    assert certain_defaults({"properties": properties}) == {f"p{n}": n for n in range(64)}
+
+
+@pytest.mark.parametrize(
+    ("prop", "certain"),
+    [
+        ({"type": ["string", "widget"], "default": "x"}, True),
+        ({"type": "boolean", "default": True}, True),
+        ({"type": "string", "enum": ["a", "b"], "default": "a"}, True),
+        ({"const": "a", "default": "a"}, True),
+        ({"const": "a", "default": "b"}, False),
+    ],
+)
+def test_a_default_of_its_own_type_enum_and_const_is_certain(prop: Any, certain: bool) -> None:
+    expected = {"p": prop["default"]} if certain else {}
+    assert certain_defaults({"properties": {"p": prop}}) == expected

@@ -94,7 +94,7 @@ class Fetch:
         self._status = 0
         self._header_map: dict[str, str] = {}
         self._epoch = 0
-        self._learns = policy.learns_tools(server, request.message)
+        self._learner = request.lookup.learner
         self._relay: Relay | None = None
         self.result: bytes | None = None
         """The result as it leaves, when it is not the upstream's bytes (see `freshness`)."""
@@ -161,8 +161,9 @@ class Fetch:
         # A listing answered for another request, or overtaken by a change the server
         # announced while it was upstream, teaches nothing.
         current = verdict.reason not in ("id_reused", "invalidated")
-        if self._learns and current and final is not None and "result" in final:
-            storage.invalidator.hints.learn(server.name, final["result"])
+        learner = self._learner
+        if learner is not None and current and final is not None and "result" in final:
+            storage.invalidator.hints.learn(server.name, final["result"], learner)
         if final is not None and isinstance(final.get("result"), dict):
             digest = answer_digest(final["result"])
             label, now = scope_label(request.lookup.scope), storage.cache.timer()

@@ -161,3 +161,27 @@ async def test_filled_defaults_never_share_an_entry_between_two_end_users(
     assert peer.calls["search"] == calls + 2
     assert "for Bearer alice" in mine
     assert "for Bearer bob" in theirs
+
+
+async def test_defaults_from_one_callers_listing_never_fill_another_callers_calls(
+    make_sidecar, upstream
+) -> None:
+    # A schema may name one caller's own default (an owner that is the logged-in user):
+    # Bob's omitted argument is filled only from a listing Bob was shown himself.
+    peer, app = upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", name="docs", fillSchemaDefaults=True))
+    name = unique()
+    async with (
+        mcp_client(sidecar.url("docs"), headers=ALICE) as alice,
+        mcp_client(sidecar.url("docs"), headers=BOB) as bob,
+    ):
+        await alice.list_tools()
+        calls = peer.calls["get_release"]
+        await bob.call_tool("get_release", {"name": name})
+        await bob.call_tool("get_release", {"name": name, "version": "latest"})
+        assert peer.calls["get_release"] == calls + 2, "Alice's listing taught Bob nothing"
+        await bob.list_tools()
+        name = unique()
+        await bob.call_tool("get_release", {"name": name})
+        await bob.call_tool("get_release", {"name": name, "version": "latest"})
+        assert peer.calls["get_release"] == calls + 3, "his own listing does"

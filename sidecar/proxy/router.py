@@ -152,21 +152,13 @@ class Proxy:
         if value is None:
             return None, found.generation
         age = max(0.0, tier.clock() - value.stored_at)
+        copy = (value.result, value.event_stream, remaining)
+        keep, ttl_at, scope = server.cache.keep_stale, value.ttl_at, plan.scope
         entry = self.cache.store(
-            plan.key,
-            value.result,
-            value.event_stream,
-            remaining,
-            keep_stale=server.cache.keep_stale,
-            ttl_at=value.ttl_at,
-            age=age,
-            scope=plan.scope,
+            plan.key, *copy, keep_stale=keep, ttl_at=ttl_at, age=age, scope=scope
+        ) or self.cache.make_entry(  # larger than the whole memory budget: served, not kept
+            *copy, keep_stale=keep, ttl_at=ttl_at, age=age, scope=scope
         )
-        if entry is None:  # larger than the whole memory budget: served, not kept
-            now = self.cache.timer()
-            entry = Entry(
-                value.result, value.event_stream, now - age, now + remaining, ttl_at=value.ttl_at
-            )
         return entry, found.generation
 
     def _route(self, incoming: Incoming, config: SidecarConfig, server_name: str) -> Server:

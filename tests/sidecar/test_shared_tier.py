@@ -569,3 +569,28 @@ async def test_a_result_the_server_marks_public_reaches_another_replica_and_priv
         else:
             assert theirs.headers["cache-status"].startswith("mcpcache; fwd=miss")
             assert peer.calls["doc"] == before + 2
+
+
+async def test_a_public_entry_too_large_for_a_replicas_memory_is_still_answered_as_public(
+    make_sidecar, redis_server, json_upstream
+) -> None:
+    # Replicas mid-rollout may differ in budget: one that cannot keep the tier's entry
+    # still answers it as it is, an entry for every caller, with its age.
+    peer, app = json_upstream
+    app_id = new_app()
+    rules = [{"name": "blob", "scope": "public"}]
+    documents = [shared_config(app, redis_server.url, app_id) for _ in range(2)]
+    for document in documents:
+        document["servers"][0]["cache"]["tools"] = rules
+    documents[1]["cache"] = {"maxBytes": "1Ki"}
+    roomy, small = (make_sidecar(document) for document in documents)
+    arguments = {"size": 4000}
+    before = peer.calls["blob"]
+    await call(roomy, "blob", arguments, authorization="Bearer alice")
+    await stored(roomy)
+    for _ in range(2):
+        status, _, answer = await call(small, "blob", arguments, authorization="Bearer bob")
+        assert status == SHARED_PUBLIC_HIT
+        assert "io.mcpcache/age" in answer["result"]["_meta"]
+    assert peer.calls["blob"] == before + 1
+    assert small.sample("mcpcache_cache_entries") == 0, "served, not kept"

@@ -10,7 +10,9 @@ The fetch is the hit's own request, its own headers and body: the credentials ar
 caller's, exactly as on a miss of the same key, and the answer is filed under the same
 key. It is the stale-while-revalidate refresh (a flight with no client) with a
 comparison on top: a storable answer replaces the entry as any refresh does; a changed
-one that may not be stored removes it, since it is known to be out of date.
+one that may not be stored removes it, since it is known to be out of date. A changed
+answer also removes the entry's copy in the shared tier (a recheck does not write
+there), so that no replica copies back what is known to be out of date.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ..edge.hit import HitResponse
 from ..edge.incoming import Incoming
 from ..rules import policy
 from ..rules.messages import Message, Verdict
+from ..rules.repeated_names import repeated_name
 from ..upstream.exchange import Exchanges
 from ..upstream.flights import Flight
 from .fetching import CacheableRequest, Fetch, Storage
@@ -48,6 +51,10 @@ class Recheck(Fetch):
     ) -> None:
         super().__init__(exchanges, storage, request, via)
         self._entry = entry
+        lookup = request.lookup
+        mine = storage.cache.get(lookup.key) is entry or not lookup.public_key
+        self._found_under = lookup.key if mine else lookup.public_key
+        """The key the entry answered from: the caller's own, or the one for everyone."""
         self._counted = False
 
     async def run(self, flight: Flight) -> None:
@@ -66,10 +73,12 @@ class Recheck(Fetch):
         same = answer_digest(result) == _digest_of(self._entry.result)
         self._count("same" if same else "changed")
         verdict = super().judged(verdict, event_stream)
-        if not same and verdict.reason is not None:
-            cache = self._storage.cache
-            if cache.get(self._request.key) is self._entry:
-                cache.purge([self._request.key])
+        if not same:
+            storage, request, key = self._storage, self._request, self._found_under
+            if verdict.reason is not None and storage.cache.get(key) is self._entry:
+                storage.cache.purge([key])
+            if storage.tier is not None and not request.lookup.session:
+                storage.tier.forget(request.app_id, request.server.name, [key])
         return verdict
 
     def _count(self, result: Revalidated) -> None:
@@ -104,7 +113,9 @@ def answer_hit(
     being fetched."""
     proxy.metrics.count(server.name, method, "hit")
     rate = server.cache.revalidate_sample
-    if rate and random.random() < rate and not proxy.coalescer.running(plan.key):
+    checkable = rate and random.random() < rate and not proxy.coalescer.running(plan.key)
+    # A body the upstream may read otherwise than the key does is never sent to be stored.
+    if checkable and repeated_name(raw) is None:
         request = CacheableRequest(incoming, server, message, raw, plan, method, config.app_id)
         recheck = Recheck(proxy.exchanges, proxy.storage, request, proxy.via, entry)
         proxy.coalescer.start(plan.key, recheck.run, leader=False, joinable=True, keep_going=True)

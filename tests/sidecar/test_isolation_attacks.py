@@ -503,3 +503,31 @@ def test_no_answer_is_ever_one_produced_for_another_identity(sidecar_on_echo) ->
         "mcpcache_requests_total", server="echo", method="tools/call", outcome="hit"
     )
     assert hits > 0
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        '{"name":"read_my_mail","name":"t","arguments":{"q":"x"}}',
+        '{"name":"t","arguments":{"q":"secret","q":"x"}}',
+        '{"name":"t","arguments":{"deep":[{"a":1,"a":2}]}}',
+    ],
+)
+async def test_a_request_naming_a_member_twice_is_refused_before_it_goes_upstream(
+    make_sidecar, echo_upstream, params: str
+) -> None:
+    # orjson keeps the last value and a first-wins upstream the first: the key would
+    # name `t` while the upstream answered `read_my_mail`, filed for every caller.
+    peer, app = echo_upstream
+    public = [{"name": "t", "scope": "public"}]
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", name="echo", tools=public))
+    body = '{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":' + params + "}"
+    calls = peer.calls
+    async with httpx.AsyncClient(timeout=10) as http:
+        response = await http.post(sidecar.url("echo"), content=body, headers=call_headers("t"))
+    assert response.status_code == 400
+    error = response.json()
+    assert (error["id"], error["error"]["code"]) == ("dup", -32600)
+    assert "appears twice in one object" in error["error"]["message"]
+    assert peer.calls == calls, "nothing went upstream"
+    assert sidecar.sample("mcpcache_cache_entries") == 0

@@ -85,6 +85,8 @@ def _admin_call(args: argparse.Namespace, path: str, body: Any = None) -> Any:
 
 
 def _table(rows: list[list[str]], right: set[int]) -> str:
+    # Tool names come from callers: nothing in a cell may act on the terminal.
+    rows = [[cell if cell.isprintable() else ascii(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = []
     for row in rows:

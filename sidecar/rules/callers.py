@@ -92,6 +92,22 @@ def identity(
     return material
 
 
+def anyone_identity(
+    server: Server,
+    headers: Mapping[str, str],
+    keyed: frozenset[str],
+    raw_headers: Sequence[tuple[str, str]] = (),
+) -> dict[str, str]:
+    """The key material of an entry for every caller (`keyed` from `public_keyed`): as
+    `identity`, and which identity headers are present, never their values. A caller
+    sending no credential never meets an entry fetched with one, nor the reverse: an
+    upstream that refuses anonymous callers is never bypassed through a shared entry."""
+    material = identity(server, headers, keyed, raw_headers)
+    present = [name for name in server.cache.identity_headers if name in headers]
+    material["credentials"] = ",".join(present)
+    return material
+
+
 @functools.lru_cache(maxsize=64)
 def public_keyed(keyed: frozenset[str], identity_headers: tuple[str, ...]) -> frozenset[str]:
     """The keyed headers of an entry for every caller: all but the identity headers and

@@ -26,6 +26,7 @@ from .callers import (
 )
 from .callers import (
     Caller,
+    anyone_identity,
     caller_of,
     public_keyed,
     unambiguous_caller,
@@ -223,7 +224,7 @@ def plan(
     if public:
         # Nor defaults: they were learned from this caller's listing, not everyone's.
         keyed = public_keyed(keyed, cache.identity_headers)
-        who = identity(server, headers, keyed, raw_headers)
+        who = anyone_identity(server, headers, keyed, raw_headers)
     else:
         params = filled
     ignored = rule.ignore_arguments if rule is not None else ()
@@ -233,7 +234,7 @@ def plan(
     public_key = ""
     if cache.trust_public_hints and method in SCOPED_RESULTS and versioned:
         shared = public_keyed(keyed, cache.identity_headers)
-        anyone = identity(server, headers, shared, raw_headers)
+        anyone = anyone_identity(server, headers, shared, raw_headers)
         public_key = cache_key(server.name, method, message.params, app_id, anyone, ignored, True)
     if tool is not None:
         ttl = rule.ttl if rule is not None and rule.ttl is not None else cache.ttl

@@ -251,7 +251,7 @@ def test_ambiguous_headers_neither_learn_nor_fill_but_the_lookup_is_refused() ->
 def test_a_public_key_drops_identity_and_session_but_keeps_every_other_header() -> None:
     s = server(tools=[{"name": "search", "scope": "public"}])
     alice = plan(s, call("search", {"q": "x"}), {"authorization": "a", "mcp-session-id": "1"})
-    bob = plan(s, call("search", {"q": "x"}), {"authorization": "b", "cookie": "c"})
+    bob = plan(s, call("search", {"q": "x"}), {"authorization": "b", "mcp-session-id": "2"})
     tenant = plan(s, call("search", {"q": "x"}), {"authorization": "b", "x-tenant": "t"})
     assert isinstance(alice, policy.Lookup)
     assert isinstance(bob, policy.Lookup)
@@ -408,3 +408,18 @@ def test_a_public_rule_keeps_callers_apart_when_the_protocol_version_is_unknown(
     with_version = plan(s, call("search", {"q": "x"}), {"authorization": "a"})
     assert isinstance(with_version, policy.Lookup)
     assert with_version.scope.public, "with the version header the rule still shares"
+
+
+def test_a_public_key_names_which_credentials_were_sent_never_their_values() -> None:
+    s = server(tools=[{"name": "search", "scope": "public"}])
+
+    def key(headers: dict[str, str]) -> str:
+        lookup = plan(s, call("search", {"q": "x"}), headers)
+        assert isinstance(lookup, policy.Lookup)
+        assert lookup.scope.public
+        return lookup.key
+
+    alice, bob = key({"authorization": "alice"}), key({"authorization": "bob"})
+    assert alice == bob
+    assert len({alice, key({}), key({"x-api-key": "k"}), key({"cookie": "c"})}) == 4
+    assert key({"authorization": "a", "cookie": "c"}) == key({"cookie": "d", "authorization": "b"})

@@ -36,7 +36,6 @@ from ..edge.origin import OriginPolicy
 from ..metrics import Metrics
 from ..rules import answers, cache_status, policy
 from ..rules.messages import INVALID_REQUEST, Message, method_label
-from ..rules.repeated_names import repeated_name
 from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamClient
 from ..upstream.exchange import Exchanges, failure_error
@@ -107,8 +106,8 @@ class Proxy:
         if isinstance(plan, policy.Bypass):
             if message.is_request:
                 self.metrics.count_bypass(server.name, method, plan.reason)
-            if plan.invalidates and (problem := repeated_name(raw)) is not None:
-                raise ProxyError(400, INVALID_REQUEST, problem, message.id)
+            if plan.invalidates or plan.learner is not None:  # its reading writes
+                await incoming.refuse_ambiguous(raw, message)
             return await self._pass(incoming, server, plan, message, raw)
         entry = self.cache.get_fresh(plan.key)
         if entry is None and plan.public_key:  # trustPublicHints: the entry for everyone
@@ -125,8 +124,7 @@ class Proxy:
             if entry is not None:
                 self.metrics.count(server.name, method, "hit")
                 return HitResponse.of(entry, message.id, self.cache.timer(), from_tier=True)
-        if (problem := repeated_name(raw)) is not None:  # the answer would be stored
-            raise ProxyError(400, INVALID_REQUEST, problem, message.id)
+        await incoming.refuse_ambiguous(raw, message)  # the answer would be stored
         extra = policy.extra_keyed_headers(server, plan.keyed)
         if extra:
             self.metrics.count_keyed_headers(server.name, extra)

@@ -155,12 +155,6 @@ class RedisTier:
         removed = await self._run("delete", partial(self._client.unlink, names))
         return 0 if isinstance(removed, Failed) else removed
 
-    def forget(self, app_id: str, server: str, keys: list[str]) -> None:
-        """Remove these entries in the background (known out of date); when too many
-        writes are already pending, the server's entries go instead (never kept)."""
-        if not self._spawn(partial(self.delete, app_id, server, keys)):
-            self.forget_server(app_id, server)
-
     async def delete_server(self, app_id: str, server: str) -> int:
         """Remove every entry of one server for one app, for every caller (a purge)."""
         return await self.removals.delete_server(app_id, server)

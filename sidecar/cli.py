@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
+import importlib.metadata
 import json
 import logging
 import os
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,8 @@ def _admin_call(args: argparse.Namespace, path: str, body: Any = None) -> Any:
 
 
 def _table(rows: list[list[str]], right: set[int]) -> str:
+    # Tool names come from callers: nothing in a cell may act on the terminal.
+    rows = [[cell if cell.isprintable() else ascii(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = []
     for row in rows:
@@ -196,7 +198,8 @@ def _admin_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(added: Iterable[str] = ()) -> argparse.ArgumentParser:
+    """The sidecar's commands, and the `added` ones (listed for --help only)."""
     parser = argparse.ArgumentParser(prog="mcpcache", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -244,28 +247,29 @@ def build_parser() -> argparse.ArgumentParser:
     _admin_options(purge)
     purge.set_defaults(run=_purge)
 
-    # Parsed by the operator itself (see _operator); listed here for --help.
-    commands.add_parser("operator", help="run the Kubernetes operator", add_help=False)
+    # Commands other packages add (the operator) parse their own arguments (see main).
+    for name in sorted(set(added) - set(commands.choices)):
+        commands.add_parser(name, help=f"see `mcpcache {name} --help`", add_help=False)
     return parser
 
 
-def _operator(argv: Sequence[str]) -> int:
-    # Imported by name only: the sidecar knows nothing of Kubernetes.
-    try:
-        module = importlib.import_module("mcpcache.operator.cli")
-    except ImportError as exc:
-        print(f"the operator is not available in this installation: {exc}", file=sys.stderr)
-        return 2
-    code: int = module.main(argv)
-    return code
+COMMANDS_GROUP = "mcpcache.commands"
+"""The entry-point group through which another installed package (the operator) adds a
+command: `name = "module:main"`, where `main(argv) -> int` parses its own arguments. The
+sidecar names none of them, and imports one only when it is asked to run it."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments[:1] == ["operator"]:
-        return _operator(arguments[1:])
-    args = build_parser().parse_args(arguments)
-    code: int = args.run(args)
+    added = {entry.name: entry for entry in importlib.metadata.entry_points(group=COMMANDS_GROUP)}
+    parser = build_parser(added)
+    # An added command (unless the sidecar has one of that name: its own have `run`).
+    first = arguments[0] if arguments else ""
+    if first in added and not hasattr(parser.parse_known_args([first])[0], "run"):
+        code: int = added[first].load()(arguments[1:])
+        return code
+    args = parser.parse_args(arguments)
+    code = args.run(args)
     return code
 
 

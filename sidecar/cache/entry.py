@@ -55,10 +55,12 @@ class Layout(NamedTuple):
     content_more: bool = False
 
 
-def encode(result: Mapping[str, Any], ttl_ms: int | None = None) -> tuple[bytes, Layout]:
+def encode(
+    result: Mapping[str, Any], ttl_ms: int | None = None, scope: str | None = None
+) -> tuple[bytes, Layout]:
     """A result's stored bytes, `_meta` first, `content` second and `ttlMs` last, and
     where a hit writes into them. `ttl_ms`: write this `ttlMs` instead of the result's
-    own (the operator's freshness, see `rules.freshness`)."""
+    own (the operator's freshness, see `rules.freshness`); `scope`: this `cacheScope`."""
     out = bytearray(b"{")
     members = 0
 
@@ -86,8 +88,12 @@ def encode(result: Mapping[str, Any], ttl_ms: int | None = None) -> tuple[bytes,
     if isinstance(content, list):
         content_at, content_more = member("content", orjson.dumps(content)) + 1, bool(content)
     for name, value in result.items():
-        if name not in ("_meta", "content", "ttlMs"):
+        if name in ("_meta", "ttlMs") or (name == "content" and content_at):
+            continue
+        if name != "cacheScope" or scope is None:
             member(name, orjson.dumps(value))
+    if scope is not None:
+        member("cacheScope", orjson.dumps(scope))
     ttl = result.get("ttlMs") if ttl_ms is None else ttl_ms
     if "ttlMs" in result or ttl_ms is not None:
         if isinstance(ttl, int | float) and not isinstance(ttl, bool):

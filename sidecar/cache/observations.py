@@ -30,6 +30,10 @@ MAX_KEYS_PER_SERVER: Final = 4096
 """Keys remembered per server; the least recently answered are forgotten first."""
 MAX_TOOLS_PER_SERVER: Final = 512
 """Tools counted per server (names come from callers); later names are not counted."""
+MAX_TOOL_NAME: Final = 128
+"""Longer names (MCP's own limit), and names with characters a terminal would act on,
+are counted together as `OTHER`: they come from callers, and are printed."""
+OTHER: Final = "(other)"
 HINT_FIELDS: Final = frozenset({"ttlMs", "cacheScope", "_meta"})
 """Result members that say how to cache or carry metadata, not what the answer is."""
 SUGGESTED_STEPS: Final = (
@@ -50,10 +54,10 @@ def answer_digest(result: Mapping[str, Any]) -> bytes:
 def scope_label(scope: Scope | None) -> str:
     """What an entry answers, as suggest and stats name it: the tool, or the method."""
     if scope is None:
-        return "(other)"
+        return OTHER
     if scope.tool is not None:
         return scope.tool
-    return "resources/read" if scope.uri is not None else scope.listing or "(other)"
+    return "resources/read" if scope.uri is not None else scope.listing or OTHER
 
 
 @dataclass(slots=True)
@@ -92,6 +96,8 @@ class Observations:
         self._servers: dict[str, _Server] = {}
 
     def _tally(self, server: str, tool: str) -> Tally | None:
+        if len(tool) > MAX_TOOL_NAME or not tool.isprintable():
+            tool = OTHER
         record = self._servers.setdefault(server, _Server())
         tally = record.tools.get(tool)
         if tally is None and len(record.tools) < self.max_tools:

@@ -1,8 +1,6 @@
-"""The one shared response cache: two budgets, nearest-to-expiry eviction.
-
-Pure data structure, no I/O. Built on `cachetools.Cache`, whose `getsizeof` hook does
-the byte accounting and whose `popitem` hook chooses the victim; the entry-count budget
-is the second limit the base class does not have.
+"""The one shared response cache: two budgets, nearest-to-expiry eviction. Pure, no
+I/O. On `cachetools.Cache`: its `getsizeof` hook counts bytes, its `popitem` hook picks
+the victim; the entry-count budget is the second limit the base class does not have.
 
 An entry may outlive its expiry by its `keep_stale` window, for answers the policy
 allows when the upstream fails or while it is asked again. Such entries still count
@@ -126,16 +124,34 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         age_note: bool | None = None,
     ) -> Entry | None:
         """Store a result for `ttl` seconds, kept `keep_stale` seconds longer for stale
-        answers; None when it can never fit the budget.
-
-        `age` is how old the result already is (one copied from the shared tier), so that
-        a hit's `Age` counts from when the upstream answered. `layout` says where a hit
-        writes into `result` (see `entry.encode`); without one, the bytes are laid out
-        here (a copy from the shared tier: once per copy, never per hit). `age_note`:
-        a hit's first text item says how old it is (None: as `age_notes` says for the
-        scope's server)."""
+        answers; None when it can never fit the budget (see `make_entry` for the rest)."""
         if ttl <= 0 or len(result) > self.maxsize:
             return None
+        entry = self.make_entry(
+            result, event_stream, ttl, session, keep_stale, ttl_at, age, scope, layout, age_note
+        )
+        self._put(key, entry)
+        return self.get(key)
+
+    def make_entry(
+        self,
+        result: bytes,
+        event_stream: bool,
+        ttl: float,
+        session: str = "",
+        keep_stale: float = 0.0,
+        ttl_at: int = 0,
+        age: float = 0.0,
+        scope: Scope | None = None,
+        layout: Layout | None = None,
+        age_note: bool | None = None,
+    ) -> Entry:
+        """The entry `store` would keep, without keeping it (one too large to keep is
+        answered as a kept one would be). `age`: how old the result already is (a copy
+        from the shared tier), so that a hit's `Age` counts from the upstream's answer.
+        `layout`: where a hit writes into `result` (`entry.encode`); without one, the
+        bytes are laid out here (once per tier copy, never per hit). `age_note`: a hit's
+        first text item says how old it is (None: as `age_notes` says for the server)."""
         if layout is None:
             result, layout = lay_out(result)
         if layout is not None:
@@ -146,12 +162,10 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         seq = next(self._seq)
         if age_note is None:
             age_note = scope is not None and self.age_notes(scope.server)
-        entry = Entry(
+        return Entry(
             result, event_stream, stored_at, now + ttl, session, keep_stale, ttl_at, seq, scope,
             layout, stamp, age_note,
         )  # fmt: skip
-        self._put(key, entry)
-        return self.get(key)
 
     def __setitem__(self, key: str, entry: Entry) -> None:
         """Insert or replace, evicting nearest-to-expiry entries until both budgets hold."""

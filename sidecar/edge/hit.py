@@ -59,8 +59,11 @@ class HitResponse:
 
     @classmethod
     def stale(cls, entry: Entry, request_id: Any, now: float, status: str) -> HitResponse:
-        """An expired entry, on purpose: `Age` past the TTL says how old, `status` why."""
+        """An expired entry, on purpose: `Age` past the TTL says how old, `status` why
+        (and that the entry is for every caller, if it is)."""
         body = frame_parts(request_id, entry.result_parts(now), entry.event_stream)
+        if entry.scope is not None and entry.scope.public:
+            status = cache_status.of_public_entry(status)
         return cls(body, entry.event_stream, int(now - entry.stored_at), _status_header(status))
 
     @classmethod

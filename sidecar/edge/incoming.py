@@ -3,6 +3,7 @@ and its JSON-RPC message checked before anything is looked up."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Final
@@ -10,6 +11,7 @@ from typing import Final
 from starlette.types import Message as ASGIMessage
 from starlette.types import Receive, Scope
 
+from ..rules.ambiguity import LARGE_BODY, ambiguity
 from ..rules.headers import JSON, accepts_both, joined, media_type
 from ..rules.messages import (
     HEADER_MISMATCH,
@@ -137,3 +139,14 @@ class Incoming:
         if message.is_request and (mismatch := routing_header_mismatch(headers, message)):
             raise ProxyError(400, HEADER_MISMATCH, mismatch, request_id=message.id)
         return message
+
+    @staticmethod
+    async def refuse_ambiguous(raw: bytes, message: Message) -> None:
+        """400 for a body an upstream may read otherwise than the sidecar does (see
+        `rules.ambiguity`); a large one is read off the event loop."""
+        if len(raw) <= LARGE_BODY:
+            problem = ambiguity(raw)
+        else:
+            problem = await asyncio.to_thread(ambiguity, raw)
+        if problem is not None:
+            raise ProxyError(400, INVALID_REQUEST, problem, request_id=message.id)

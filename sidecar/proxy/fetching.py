@@ -22,7 +22,7 @@ from ..metrics import Metrics
 from ..rules import answers, cache_status, freshness, policy
 from ..rules.capture import ResponseCapture
 from ..rules.headers import forward_headers, response_headers
-from ..rules.messages import ERROR, RESULT, Message, Verdict
+from ..rules.messages import ERROR, RESULT, Message, Verdict, cache_scope
 from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamFailure
 from ..upstream.exchange import Exchange, Exchanges, Outbound
@@ -94,7 +94,7 @@ class Fetch:
         self._status = 0
         self._header_map: dict[str, str] = {}
         self._epoch = 0
-        self._learns = policy.learns_tools(server, request.message)
+        self._learner = request.lookup.learner
         self._relay: Relay | None = None
         self.result: bytes | None = None
         """The result as it leaves, when it is not the upstream's bytes (see `freshness`)."""
@@ -161,15 +161,19 @@ class Fetch:
         # A listing answered for another request, or overtaken by a change the server
         # announced while it was upstream, teaches nothing.
         current = verdict.reason not in ("id_reused", "invalidated")
-        if self._learns and current and final is not None and "result" in final:
-            storage.invalidator.hints.learn(server.name, final["result"])
-        if final is not None and isinstance(final.get("result"), dict):
-            digest = answer_digest(final["result"])
+        learner = self._learner
+        if learner is not None and current and final is not None and "result" in final:
+            storage.invalidator.hints.learn(server.name, final["result"], learner)
+        result = final.get("result") if final is not None else None
+        if current and isinstance(result, dict) and result.get("isError") is not True:
+            digest = answer_digest(result)
             label, now = scope_label(request.lookup.scope), storage.cache.timer()
             storage.observations.saw(server.name, label, request.key, digest, now)
         rewrite = final is not None and freshness.overrides(server, request.message.method, final)
         if rewrite and final is not None:
-            verdict = freshness.storable(verdict, final)
+            scope = cache_scope(final["result"])
+            everyone = answers.for_everyone(server, request.lookup, scope, self._header_map)
+            verdict = freshness.storable(verdict, final, everyone)
         verdict = answers.scoped(request.lookup, verdict, self._header_map)
         ttl = answers.storage_ttl(
             server, verdict, self._header_map, request.message.method, request.lookup.ttl

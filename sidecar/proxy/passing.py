@@ -51,7 +51,7 @@ class Following:
         self.capture: ResponseCapture | None = None
         self.follows = False
         if message is not None and message.is_request:
-            self.follows = bool(plan.invalidates) or plan.learn_tools
+            self.follows = bool(plan.invalidates) or plan.learner is not None
             bound = FOLLOW_BOUND if self.follows else 0
             self.capture = ResponseCapture(message.id, event_stream, bound)
 
@@ -61,7 +61,7 @@ class Following:
             if not self._done and answers.write_happened(verdict, self._status):
                 self._invalidator.tools(server.name, plan.invalidates, "write")
             self._done = True
-        elif plan.learn_tools:
+        elif plan.learner is not None:
             assert self.capture is not None  # follows only with a capture
             final = self.capture.final
             # A listing answered for another request, or overtaken by a change the server
@@ -69,7 +69,7 @@ class Following:
             current = not self._exchange.id_reused
             current = current and self._invalidator.epoch(server.name) == self._epoch
             if current and final is not None and "result" in final:
-                self._invalidator.hints.learn(server.name, final["result"])
+                self._invalidator.hints.learn(server.name, final["result"], plan.learner)
         return verdict
 
 

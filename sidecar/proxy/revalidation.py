@@ -10,7 +10,11 @@ The fetch is the hit's own request, its own headers and body: the credentials ar
 caller's, exactly as on a miss of the same key, and the answer is filed under the same
 key. It is the stale-while-revalidate refresh (a flight with no client) with a
 comparison on top: a storable answer replaces the entry as any refresh does; a changed
-one that may not be stored removes it, since it is known to be out of date.
+one that may not be stored removes it, since it is known to be out of date. A changed
+answer also removes the server's entries in the shared tier, as an invalidation does
+(a recheck does not write there, and a single entry cannot be removed there fenced
+against a late write of the old answer), so that no replica copies back what is known
+to be out of date.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ..config import Server, SidecarConfig
 from ..edge.hit import HitResponse
 from ..edge.incoming import Incoming
 from ..rules import policy
+from ..rules.ambiguity import LARGE_BODY, ambiguity
 from ..rules.messages import Message, Verdict
 from ..upstream.exchange import Exchanges
 from ..upstream.flights import Flight
@@ -48,6 +53,10 @@ class Recheck(Fetch):
     ) -> None:
         super().__init__(exchanges, storage, request, via)
         self._entry = entry
+        lookup = request.lookup
+        mine = storage.cache.get(lookup.key) is entry or not lookup.public_key
+        self._found_under = lookup.key if mine else lookup.public_key
+        """The key the entry answered from: the caller's own, or the one for everyone."""
         self._counted = False
 
     async def run(self, flight: Flight) -> None:
@@ -66,10 +75,16 @@ class Recheck(Fetch):
         same = answer_digest(result) == _digest_of(self._entry.result)
         self._count("same" if same else "changed")
         verdict = super().judged(verdict, event_stream)
-        if not same and verdict.reason is not None:
-            cache = self._storage.cache
-            if cache.get(self._request.key) is self._entry:
-                cache.purge([self._request.key])
+        if not same:
+            storage, request, key = self._storage, self._request, self._found_under
+            # Known out of date: gone unless the new answer took its place (it may be
+            # filed under the other key, or not at all).
+            if storage.cache.get(key) is self._entry:
+                storage.cache.purge([key])
+            if storage.tier is not None and not request.lookup.session:
+                # Fenced, as every removal is: a write of the old answer still on its
+                # way (from this replica or another) lands dead.
+                storage.tier.forget_server(request.app_id, request.server.name)
         return verdict
 
     def _count(self, result: Revalidated) -> None:
@@ -99,12 +114,18 @@ def answer_hit(
     config: SidecarConfig,
     entry: Entry,
 ) -> HitResponse:
-    """A fresh entry from memory answers the request: counted, and, for the server's
-    `revalidateSample` of hits, checked in the background unless its key is already
-    being fetched."""
+    """A fresh entry from memory answers the request: counted, learned from if it is a
+    listing the policy learns from, and, for the server's `revalidateSample` of hits,
+    checked in the background unless its key is already being fetched."""
     proxy.metrics.count(server.name, method, "hit")
+    if plan.learner is not None and not (entry.scope is not None and entry.scope.public):
+        # A listing of the caller's own teaches as on its miss (not one for everyone:
+        # it was fetched for another caller, whose defaults it may hold).
+        proxy.hints.learn(server.name, orjson.loads(entry.result), plan.learner)
     rate = server.cache.revalidate_sample
-    if rate and random.random() < rate and not proxy.coalescer.running(plan.key):
+    checkable = rate and random.random() < rate and not proxy.coalescer.running(plan.key)
+    # A body the upstream may read otherwise than the key does is never sent to be stored.
+    if checkable and len(raw) <= LARGE_BODY and ambiguity(raw) is None:
         request = CacheableRequest(incoming, server, message, raw, plan, method, config.app_id)
         recheck = Recheck(proxy.exchanges, proxy.storage, request, proxy.via, entry)
         proxy.coalescer.start(plan.key, recheck.run, leader=False, joinable=True, keep_going=True)

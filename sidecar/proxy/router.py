@@ -106,6 +106,8 @@ class Proxy:
         if isinstance(plan, policy.Bypass):
             if message.is_request:
                 self.metrics.count_bypass(server.name, method, plan.reason)
+            if plan.invalidates or plan.learner is not None:  # its reading writes
+                await incoming.refuse_ambiguous(raw, message)
             return await self._pass(incoming, server, plan, message, raw)
         entry = self.cache.get_fresh(plan.key)
         if entry is None and plan.public_key:  # trustPublicHints: the entry for everyone
@@ -122,6 +124,7 @@ class Proxy:
             if entry is not None:
                 self.metrics.count(server.name, method, "hit")
                 return HitResponse.of(entry, message.id, self.cache.timer(), from_tier=True)
+        await incoming.refuse_ambiguous(raw, message)  # the answer would be stored
         extra = policy.extra_keyed_headers(server, plan.keyed)
         if extra:
             self.metrics.count_keyed_headers(server.name, extra)
@@ -152,21 +155,13 @@ class Proxy:
         if value is None:
             return None, found.generation
         age = max(0.0, tier.clock() - value.stored_at)
+        copy = (value.result, value.event_stream, remaining)
+        keep, ttl_at, scope = server.cache.keep_stale, value.ttl_at, plan.scope
         entry = self.cache.store(
-            plan.key,
-            value.result,
-            value.event_stream,
-            remaining,
-            keep_stale=server.cache.keep_stale,
-            ttl_at=value.ttl_at,
-            age=age,
-            scope=plan.scope,
+            plan.key, *copy, keep_stale=keep, ttl_at=ttl_at, age=age, scope=scope
+        ) or self.cache.make_entry(  # larger than the whole memory budget: served, not kept
+            *copy, keep_stale=keep, ttl_at=ttl_at, age=age, scope=scope
         )
-        if entry is None:  # larger than the whole memory budget: served, not kept
-            now = self.cache.timer()
-            entry = Entry(
-                value.result, value.event_stream, now - age, now + remaining, ttl_at=value.ttl_at
-            )
         return entry, found.generation
 
     def _route(self, incoming: Incoming, config: SidecarConfig, server_name: str) -> Server:

@@ -12,7 +12,7 @@ from ..cache.store import Scope
 from ..config import Server
 from .callers import public_keyed
 from .headers import cache_directives
-from .messages import METADATA_METHODS, NotStoredReason, Verdict
+from .messages import METADATA_METHODS, CacheScope, NotStoredReason, Verdict
 from .policy import ROUTING_HEADERS, Lookup
 
 FAILED_CALL: Final[frozenset[NotStoredReason | None]] = frozenset(
@@ -154,12 +154,29 @@ def filing(server: Server, lookup: Lookup, verdict: Verdict, headers: Mapping[st
     the server marks the result `public` and nothing in the answer says it depends on
     who asked: no cookie, no `Vary` on an identity header or the session. The sidecar
     never makes a result public that the server did not mark so."""
-    if lookup.public_key and verdict.scope == "public" and "set-cookie" not in headers:
-        vary = headers.get("vary")
-        anyone = public_keyed(lookup.keyed, server.cache.identity_headers)
-        if vary is None or _varies_within_key(anyone, vary):
-            return Filing(lookup.public_key, lookup.scope._replace(public=True), "")
+    if _marked_public(server, lookup, verdict.scope, headers):
+        return Filing(lookup.public_key, lookup.scope._replace(public=True), "")
     return Filing(lookup.key, lookup.scope, lookup.session)
+
+
+def for_everyone(
+    server: Server, lookup: Lookup, scope: CacheScope | None, headers: Mapping[str, str]
+) -> bool:
+    """Whether a storable answer whose result says `scope` is kept for every caller:
+    under a `scope: public` rule (`scoped`), or as `filing` files it."""
+    if lookup.scope.public:
+        return scope != "private" and "set-cookie" not in headers
+    return _marked_public(server, lookup, scope, headers)
+
+
+def _marked_public(
+    server: Server, lookup: Lookup, scope: CacheScope | None, headers: Mapping[str, str]
+) -> bool:
+    if not lookup.public_key or scope != "public" or "set-cookie" in headers:
+        return False
+    vary = headers.get("vary")
+    anyone = public_keyed(lookup.keyed, server.cache.identity_headers)
+    return vary is None or _varies_within_key(anyone, vary)
 
 
 def stale_while_revalidating(server: Server, expires_at: float, now: float) -> bool:

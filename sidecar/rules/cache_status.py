@@ -8,7 +8,8 @@ upstream call answered it, and a `detail` naming why it was not stored. Stale an
 say why in their `detail`: `hit; detail=stale-while-revalidate` (answered from the
 cache while it is asked again in the background), or `fwd=stale; fwd-status=<code>;
 detail=stale-if-error` (the upstream was asked and failed; `fwd-status` only when it
-answered with an HTTP status at all).
+answered with an HTTP status at all); from an entry for every caller, the detail says
+so first (`detail=public-stale-if-error`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ def forwarded(
 def detail(reason: str) -> str:
     """A not-stored reason as a `detail` token (`too_large` → `too-large`)."""
     return reason.replace("_", "-")
+
+
+def of_public_entry(status: str) -> str:
+    """`status` for a stale answer from an entry for every caller."""
+    return status.replace("; detail=", "; detail=public-", 1)
 
 
 def stale_if_error(fwd_status: int | None) -> str:

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import Final, NamedTuple
 
 from ..config import Server
-from .headers import NOT_KEY_MATERIAL, forwarded
-from .key import secret_digest
+from .headers import NOT_KEY_MATERIAL, connection_named, forwarded, repeated_or_hidden
+from .key import caller_digest, secret_digest
 
 SESSION_HEADER: Final = "mcp-session-id"
 PROTOCOL_HEADER: Final = "mcp-protocol-version"
 ROUTING_HEADERS: Final = frozenset({"mcp-method", "mcp-name"})
+
+
+class RequestRefused(ValueError):
+    """The request is ambiguous about who is asking; it is answered with 400."""
 
 
 def keyed_headers(
@@ -88,6 +92,22 @@ def identity(
     return material
 
 
+def anyone_identity(
+    server: Server,
+    headers: Mapping[str, str],
+    keyed: frozenset[str],
+    raw_headers: Sequence[tuple[str, str]] = (),
+) -> dict[str, str]:
+    """The key material of an entry for every caller (`keyed` from `public_keyed`): as
+    `identity`, and which identity headers are present, never their values. A caller
+    sending no credential never meets an entry fetched with one, nor the reverse: an
+    upstream that refuses anonymous callers is never bypassed through a shared entry."""
+    material = identity(server, headers, keyed, raw_headers)
+    present = [name for name in server.cache.identity_headers if name in headers]
+    material["credentials"] = ",".join(present)
+    return material
+
+
 @functools.lru_cache(maxsize=64)
 def public_keyed(keyed: frozenset[str], identity_headers: tuple[str, ...]) -> frozenset[str]:
     """The keyed headers of an entry for every caller: all but the identity headers and
@@ -96,3 +116,43 @@ def public_keyed(keyed: frozenset[str], identity_headers: tuple[str, ...]) -> fr
     caller who sends one must not meet entries made without it (`ignoreHeaders` is the
     way to share across a header)."""
     return keyed - frozenset(identity_headers) - {SESSION_HEADER}
+
+
+class Caller(NamedTuple):
+    """Who is asking, as the key sees them: the headers the key depends on, and their
+    key material (`callers.identity`)."""
+
+    keyed: frozenset[str]
+    who: dict[str, str]
+
+    @property
+    def digest(self) -> str:
+        return caller_digest(self.who)
+
+
+def caller_of(
+    server: Server, headers: Mapping[str, str], raw_headers: Sequence[tuple[str, str]]
+) -> Caller:
+    """Who is asking. Raises `RequestRefused` when the headers the key depends on are
+    ambiguous: a credential sent twice, or hidden behind `Connection`."""
+    hidden: frozenset[str] = frozenset()
+    # Only a request with a repeated header or a `Connection` header can be ambiguous.
+    if len(raw_headers) != len(headers) or "connection" in headers:
+        unambiguous = unambiguous_headers(server.cache.identity_headers)
+        problem = repeated_or_hidden(raw_headers, unambiguous)
+        if problem is not None:
+            raise RequestRefused(problem)
+        hidden = frozenset(connection_named(raw_headers))
+    keyed = keyed_headers(server, headers, hidden)
+    return Caller(keyed, identity(server, headers, keyed, raw_headers))
+
+
+def unambiguous_caller(
+    server: Server, headers: Mapping[str, str], raw_headers: Sequence[tuple[str, str]]
+) -> Caller | None:
+    """The caller, or None when the headers are ambiguous (then nothing is learned or
+    filled in; a lookup is refused on its own)."""
+    try:
+        return caller_of(server, headers, raw_headers)
+    except RequestRefused:
+        return None

@@ -7,7 +7,10 @@ ask again on every turn. Once the operator has said how long such a result stays
 (`metadataTTL` on the server), a result that says 0 or nothing is stored for that long
 and leaves with `ttlMs` saying so: on the miss (the freshness the entry was stored for)
 and on every hit (the freshness left). A positive `ttlMs` is the server's own word and
-is honoured as before; `cacheScope` is never touched, so a scope is never widened.
+is honoured as before. A rewritten result also says `cacheScope: "private"` unless the
+sidecar keeps it for every caller: an absent scope reads as public, and a client or a
+shared cache downstream must not share for minutes what the sidecar keeps per caller
+(a scope is narrowed, never widened).
 
 Only an answer that was stored is rewritten: its entry's life is then known, and the
 hint never promises more than it. A miss streams to its client as it comes, so the
@@ -45,14 +48,15 @@ def overrides(server: Server, method: str | None, final: Any) -> bool:
     return isinstance(ttl, int | float) and not isinstance(ttl, bool) and ttl <= 0
 
 
-def storable(verdict: Verdict, final: dict[str, Any]) -> Verdict:
+def storable(verdict: Verdict, final: dict[str, Any], for_everyone: bool) -> Verdict:
     """The verdict on an answer whose `ttlMs` the operator overrides: one refused only
     for its `ttlMs: 0` (every other check came before that one) may now be stored, laid
-    out with a `ttlMs` a hit restates."""
+    out with a `ttlMs` a hit restates, and `cacheScope: "private"` unless it is kept
+    `for_everyone`."""
     if verdict.reason not in (None, "ttl_zero"):
         return verdict
     result = final["result"]
-    encoded, layout = encode(result, ttl_ms=0)
+    encoded, layout = encode(result, ttl_ms=0, scope=None if for_everyone else "private")
     return Verdict(None, encoded, None, layout.ttl_at, cache_scope(result), layout)
 
 

@@ -38,6 +38,11 @@ def secret_digest(value: str | None) -> str:
     return _sha256_hex(value.encode("utf-8", "surrogateescape"))
 
 
+def caller_digest(who: Mapping[str, str]) -> str:
+    """One caller, as the key sees them (`callers.identity`), in one digest."""
+    return _sha256_hex(orjson.dumps(who, option=orjson.OPT_SORT_KEYS))
+
+
 def _stable_params(params: dict[str, Any]) -> dict[str, Any]:
     meta = params.get("_meta")
     if not isinstance(meta, dict) or not VOLATILE_META_KEYS.intersection(meta):

@@ -25,19 +25,23 @@ from .callers import (
     SESSION_HEADER as SESSION_HEADER,
 )
 from .callers import (
+    Caller,
+    anyone_identity,
+    caller_of,
+    public_keyed,
+    unambiguous_caller,
+)
+from .callers import (
+    RequestRefused as RequestRefused,
+)
+from .callers import (
     extra_keyed_headers as extra_keyed_headers,
 )
 from .callers import (
     identity as identity,
 )
-from .callers import (
-    keyed_headers,
-    public_keyed,
-    unambiguous_headers,
-)
-from .headers import connection_named, repeated_or_hidden
 from .hints import ToolHints
-from .key import cache_key, secret_digest
+from .key import cache_key, caller_digest, secret_digest
 from .messages import (
     CACHEABLE_METHODS,
     METADATA_METHODS,
@@ -72,21 +76,17 @@ SCOPED_RESULTS: Final = METADATA_METHODS | {"resources/read"}
 """The six results that carry `cacheScope` (the 2026-07-28 specification)."""
 
 
-class RequestRefused(ValueError):
-    """The request is ambiguous about who is asking; it is answered with 400."""
-
-
 @dataclass(frozen=True, slots=True)
 class Bypass:
     """The request goes upstream without a lookup, and its answer is not stored.
 
     `invalidates`: the tool writes; once it answers (unless it plainly failed), entries
-    of the tools matching these globs go. `learn_tools`: the answer is a `tools/list`
-    whose read-only hints the policy needs."""
+    of the tools matching these globs go. `learner`: the answer is a `tools/list` whose
+    hints the policy needs, and this is the digest of the caller it is shown to."""
 
     reason: BypassReason
     invalidates: tuple[Removal, ...] = ()
-    learn_tools: bool = False
+    learner: str | None = None
 
     @property
     def fwd(self) -> str:
@@ -112,6 +112,8 @@ class Lookup(NamedTuple):
     """Under `trustPublicHints`, for the six results that carry `cacheScope`: the key
     an answer the server marks public is filed under for every caller, looked up when
     the caller's own `key` misses ("" otherwise)."""
+    learner: str | None = None
+    """As `Bypass.learner`: for a `tools/list` whose answer teaches the policy."""
 
 
 def bypass_reason(server: Server, message: Message) -> BypassReason | None:
@@ -194,26 +196,24 @@ def plan(
     rule = tool_rule(server, message) if cache.tools else None
     tool: str | None = None
     params = filled = message.params
+    caller: Caller | None = None
     if reason is None and message.method == "tools/call":
         tool = params["name"]
         if rule is not None or cache.only_read_only_tools:
             reason = tool_bypass(server, rule, tool, hints or ToolHints())
         if reason is None and cache.fill_schema_defaults and hints is not None:
-            defaults = hints.defaults(server.name, tool)
-            filled = arguments.with_defaults(params, defaults)
+            caller = unambiguous_caller(server, headers, raw_headers)
+            if caller is not None:
+                defaults = hints.defaults(server.name, caller.digest, tool)
+                filled = arguments.with_defaults(params, defaults)
         if reason is None and rule is not None and rule.skip_if:
             reason = "skip_if" if arguments.skipped(rule, arguments.arguments_of(filled)) else None
+    learns = learns_tools(server, message)
     if reason is not None:
         invalidates = writes(rule, message)
-        return Bypass(reason, invalidates, learns_tools(server, message))
-    hidden: frozenset[str] = frozenset()
-    # Only a request with a repeated header or a `Connection` header can be ambiguous.
-    if len(raw_headers) != len(headers) or "connection" in headers:
-        problem = repeated_or_hidden(raw_headers, unambiguous_headers(cache.identity_headers))
-        if problem is not None:
-            raise RequestRefused(problem)
-        hidden = frozenset(connection_named(raw_headers))
-    keyed = keyed_headers(server, headers, hidden)
+        listener = unambiguous_caller(server, headers, raw_headers) if learns else None
+        return Bypass(reason, invalidates, listener.digest if listener is not None else None)
+    keyed, who = caller or caller_of(server, headers, raw_headers)
     method = message.method
     assert method is not None
     # A key for every caller must still name the protocol version the answer was made
@@ -221,14 +221,12 @@ def plan(
     # keeps entries of its own.
     versioned = PROTOCOL_HEADER in headers or SESSION_HEADER not in headers
     public = rule is not None and rule.scope == "public" and versioned
-    # Defaults are learned from whichever caller's `tools/list` passed last: they may
-    # name one caller's own choices (an owner that defaults to the logged-in user), so
-    # they fill only a caller's own key, never one shared with every caller.
     if public:
+        # Nor defaults: they were learned from this caller's listing, not everyone's.
         keyed = public_keyed(keyed, cache.identity_headers)
+        who = anyone_identity(server, headers, keyed, raw_headers)
     else:
         params = filled
-    who = identity(server, headers, keyed, raw_headers)
     ignored = rule.ignore_arguments if rule is not None else ()
     key = cache_key(server.name, method, params, app_id, who, ignored, public)
     session_id = headers.get(SESSION_HEADER)
@@ -236,7 +234,7 @@ def plan(
     public_key = ""
     if cache.trust_public_hints and method in SCOPED_RESULTS and versioned:
         shared = public_keyed(keyed, cache.identity_headers)
-        anyone = identity(server, headers, shared, raw_headers)
+        anyone = anyone_identity(server, headers, shared, raw_headers)
         public_key = cache_key(server.name, method, message.params, app_id, anyone, ignored, True)
     if tool is not None:
         ttl = rule.ttl if rule is not None and rule.ttl is not None else cache.ttl
@@ -250,7 +248,8 @@ def plan(
         ttl, scope = cache.ttl, Scope(server.name, uri=message.params["uri"])
     else:
         ttl, scope = cache.metadata_ttl or cache.ttl, Scope(server.name, listing=message.method)
-    return Lookup(key, ttl, scope, session, keyed, public_key)
+    learner = caller_digest(who) if learns else None
+    return Lookup(key, ttl, scope, session, keyed, public_key, learner)
 
 
 def public_side(lookup: Lookup) -> Lookup:

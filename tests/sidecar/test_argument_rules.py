@@ -8,7 +8,9 @@ from typing import Any
 
 import httpx
 
+from peers import clients
 from peers.clients import call_tool, mcp_client, text_of, unique
+from peers.sharedtier import SHARED_HIT, shared_config, stored_in_redis
 from peers.sidecar import RunningSidecar, one_server
 
 ALICE = {"authorization": "Bearer alice"}
@@ -161,3 +163,48 @@ async def test_filled_defaults_never_share_an_entry_between_two_end_users(
     assert peer.calls["search"] == calls + 2
     assert "for Bearer alice" in mine
     assert "for Bearer bob" in theirs
+
+
+async def test_defaults_from_one_callers_listing_never_fill_another_callers_calls(
+    make_sidecar, upstream
+) -> None:
+    # A schema may name one caller's own default (an owner that is the logged-in user):
+    # Bob's omitted argument is filled only from a listing Bob was shown himself.
+    peer, app = upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", name="docs", fillSchemaDefaults=True))
+    name = unique()
+    async with (
+        mcp_client(sidecar.url("docs"), headers=ALICE) as alice,
+        mcp_client(sidecar.url("docs"), headers=BOB) as bob,
+    ):
+        await alice.list_tools()
+        calls = peer.calls["get_release"]
+        await bob.call_tool("get_release", {"name": name})
+        await bob.call_tool("get_release", {"name": name, "version": "latest"})
+        assert peer.calls["get_release"] == calls + 2, "Alice's listing taught Bob nothing"
+        await bob.list_tools()
+        name = unique()
+        await bob.call_tool("get_release", {"name": name})
+        await bob.call_tool("get_release", {"name": name, "version": "latest"})
+        assert peer.calls["get_release"] == calls + 3, "his own listing does"
+
+
+async def test_a_listing_answered_from_the_cache_teaches_its_caller_the_defaults(
+    make_sidecar, json_upstream, redis_server
+) -> None:
+    # Replica B first answers Alice's listing from the shared tier, then from memory:
+    # a listing of her own teaches her defaults there as a miss would have.
+    peer, app = json_upstream
+    document = shared_config(app, redis_server.url)
+    document["servers"][0]["cache"].update(fillSchemaDefaults=True, metadataTTL="5m")
+    a, b = make_sidecar(document), make_sidecar(document)
+    alice = ALICE["authorization"]
+    await clients.ask(a.url("s"), "tools/list", 1, alice)
+    await stored_in_redis(a)
+    statuses = [(await clients.ask(b.url("s"), "tools/list", n, alice)).headers for n in (2, 3)]
+    assert [h["cache-status"] for h in statuses] == [SHARED_HIT, "mcpcache; hit"]
+    name = unique()
+    calls = peer.calls["get_release"]
+    for arguments in ({"name": name}, {"name": name, "version": "latest"}):
+        await call_tool(b.url("s"), "get_release", arguments, **ALICE)
+    assert peer.calls["get_release"] == calls + 1

@@ -28,9 +28,13 @@ def zero_hints(request) -> Iterator[tuple[Upstream, ServedApp]]:
 
 
 async def ask(
-    sidecar: RunningSidecar, method: str, request_id: Any = 1, **params: Any
+    sidecar: RunningSidecar,
+    method: str,
+    request_id: Any = 1,
+    credential: str | None = None,
+    **params: Any,
 ) -> httpx.Response:
-    return await clients.ask(sidecar.url("s"), method, request_id, **params)
+    return await clients.ask(sidecar.url("s"), method, request_id, credential, **params)
 
 
 async def test_a_list_saying_ttl_ms_zero_leaves_with_the_operators_freshness(
@@ -90,3 +94,64 @@ async def test_the_sdk_client_reads_the_rewritten_hint_on_miss_and_hit(
     assert second.ttl_ms is not None
     assert 0 < second.ttl_ms <= 600_000
     assert second.prompts == first.prompts
+
+
+async def test_a_rewritten_result_kept_per_caller_says_it_is_private(
+    make_sidecar, zero_hints
+) -> None:
+    # An absent cacheScope reads as public: a client or shared cache downstream must
+    # not share for minutes what the sidecar itself keeps for one caller.
+    _, app = zero_hints
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", metadataTTL="5m"))
+    uri = f"doc://{unique()}"
+    for method, params in (("tools/list", {}), ("resources/read", {"uri": uri})):
+        miss = await ask(sidecar, method, 1, **params)
+        hit = await ask(sidecar, method, 2, **params)
+        assert hit.headers["cache-status"] == "mcpcache; hit"
+        for response in (miss, hit):
+            result = answer(response)["result"]
+            assert result["ttlMs"] > 0
+            assert result["cacheScope"] == "private", method
+    async with mcp_client(sidecar.url("s")) as client:
+        listed = await client.list_prompts()
+    assert listed.cache_scope == "private"
+
+
+@pytest.fixture(scope="module")
+def public_zero_hints() -> Iterator[tuple[Upstream, ServedApp]]:
+    """An SDK server whose `resources/read` results say `public` with `ttlMs: 0`."""
+    peer = Upstream(resource_ttl_ms=0, resource_scope="public")
+    app = ServedApp(peer.app(json_response=True)).start()
+    yield peer, app
+    app.stop()
+
+
+async def test_a_rewritten_result_kept_for_every_caller_stays_public(
+    make_sidecar, public_zero_hints
+) -> None:
+    _, app = public_zero_hints
+    server = one_server(app.base_url + "/mcp", metadataTTL="5m", trustPublicHints=True)
+    sidecar = make_sidecar(server)
+    uri = f"doc://{unique()}"
+    miss = await ask(sidecar, "resources/read", 1, "Bearer alice", uri=uri)
+    hit = await ask(sidecar, "resources/read", 2, "Bearer bob", uri=uri)
+    assert hit.headers["cache-status"] == "mcpcache; hit; detail=public"
+    for response in (miss, hit):
+        result = answer(response)["result"]
+        assert (result["cacheScope"], result["ttlMs"] > 0) == ("public", True)
+
+
+async def test_a_rewritten_result_that_said_no_scope_leaves_saying_private(
+    make_sidecar, echo_upstream
+) -> None:
+    # The raw echo peer answers a listing with neither `ttlMs` nor `cacheScope` (an
+    # older server), naming who asked: the rewrite must not make it read as public.
+    _, app = echo_upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", metadataTTL="5m"))
+    cursor = unique()
+    miss = await ask(sidecar, "tools/list", 1, "Bearer alice", cursor=cursor)
+    hit = await ask(sidecar, "tools/list", 2, "Bearer alice", cursor=cursor)
+    assert hit.headers["cache-status"] == "mcpcache; hit"
+    for response in (miss, hit):
+        result = answer(response)["result"]
+        assert (result["cacheScope"], result["ttlMs"] > 0) == ("private", True)

@@ -33,7 +33,7 @@ def listing(*tools: tuple[str, Any]) -> dict[str, Any]:
 def test_a_tool_is_read_only_once_listed_so_and_never_before() -> None:
     hints = ToolHints()
     assert not hints.read_only("s", "get")
-    assert hints.learn("s", listing(("get", True), ("put", False), ("who", None))) == 3
+    assert hints.learn("s", listing(("get", True), ("put", False), ("who", None)), "someone") == 3
     assert hints.read_only("s", "get")
     assert not hints.read_only("s", "put")
     assert not hints.read_only("s", "who")
@@ -42,16 +42,16 @@ def test_a_tool_is_read_only_once_listed_so_and_never_before() -> None:
 
 def test_one_listing_calling_a_tool_a_write_wins_over_any_other() -> None:
     hints = ToolHints()
-    hints.learn("s", listing(("get", True)))
-    hints.learn("s", listing(("get", False)))
-    hints.learn("s", listing(("get", True)))
+    hints.learn("s", listing(("get", True)), "someone")
+    hints.learn("s", listing(("get", False)), "someone")
+    hints.learn("s", listing(("get", True)), "someone")
     assert not hints.read_only("s", "get")
 
 
 @pytest.mark.parametrize("hint", ["true", 1, {"x": 1}])
 def test_only_a_true_read_only_hint_counts(hint: Any) -> None:
     hints = ToolHints()
-    hints.learn("s", listing(("get", hint)))
+    hints.learn("s", listing(("get", hint)), "someone")
     assert not hints.read_only("s", "get")
 
 
@@ -61,21 +61,21 @@ def test_only_a_true_read_only_hint_counts(hint: Any) -> None:
 )
 def test_results_that_are_not_listings_teach_nothing(result: Any) -> None:
     hints = ToolHints()
-    assert hints.learn("s", result) == 0
+    assert hints.learn("s", result, "someone") == 0
     assert not hints.read_only("s", "2")
 
 
 def test_tools_annotations_that_are_not_an_object_are_not_read_only() -> None:
     hints = ToolHints()
     result = {"tools": [{"name": "get", "annotations": ["readOnlyHint"]}]}
-    assert hints.learn("s", result) == 1
+    assert hints.learn("s", result, "someone") == 1
     assert not hints.read_only("s", "get")
 
 
 def test_forgetting_a_server_forgets_its_tools_only() -> None:
     hints = ToolHints()
-    hints.learn("s", listing(("get", True)))
-    hints.learn("t", listing(("get", True)))
+    hints.learn("s", listing(("get", True)), "someone")
+    hints.learn("t", listing(("get", True)), "someone")
     hints.forget("s")
     hints.forget("never-seen")
     assert not hints.read_only("s", "get")
@@ -85,10 +85,10 @@ def test_forgetting_a_server_forgets_its_tools_only() -> None:
 def test_a_server_past_the_bound_has_its_further_tools_not_remembered() -> None:
     hints = ToolHints()
     many = [(f"t{n}", True) for n in range(MAX_TOOLS_PER_SERVER)]
-    assert hints.learn("s", listing(*many, ("late", True))) == MAX_TOOLS_PER_SERVER + 1
+    assert hints.learn("s", listing(*many, ("late", True)), "someone") == MAX_TOOLS_PER_SERVER + 1
     assert hints.read_only("s", f"t{MAX_TOOLS_PER_SERVER - 1}")
     assert not hints.read_only("s", "late")
-    hints.learn("s", listing(("t0", False)))
+    hints.learn("s", listing(("t0", False)), "someone")
     assert not hints.read_only("s", "t0"), "a known tool can still be called a write"
 
 
@@ -150,8 +150,8 @@ def test_a_watched_event_past_the_bound_is_skipped_not_kept() -> None:
 
 def test_a_tool_listed_read_only_again_stays_read_only() -> None:
     hints = ToolHints()
-    hints.learn("s", listing(("get", True)))
-    hints.learn("s", listing(("get", True)))
+    hints.learn("s", listing(("get", True)), "someone")
+    hints.learn("s", listing(("get", True)), "someone")
     assert hints.read_only("s", "get") is True
     assert hints.read_only("s", "unknown") is False
 
@@ -159,7 +159,7 @@ def test_a_tool_listed_read_only_again_stays_read_only() -> None:
 def test_a_malformed_tool_does_not_hide_the_tools_after_it() -> None:
     hints = ToolHints()
     result = {"tools": [1, {"name": 2}, {"name": "get", "annotations": {"readOnlyHint": True}}]}
-    assert hints.learn("s", result) == 1
+    assert hints.learn("s", result, "someone") == 1
     assert hints.read_only("s", "get")
 
 

@@ -40,7 +40,9 @@ class Setup:
             self.cache.store(key, b"{}", False, 60, scope=scope)
         self.metrics = Metrics()
         self.hints = ToolHints()
-        self.hints.learn("s", {"tools": [{"name": "t", "annotations": {"readOnlyHint": True}}]})
+        self.hints.learn(
+            "s", {"tools": [{"name": "t", "annotations": {"readOnlyHint": True}}]}, "someone"
+        )
         self.dropped: list[str] = []
         self.invalidator = Invalidator(self.cache, self.metrics, self.hints, self.dropped.append)
 

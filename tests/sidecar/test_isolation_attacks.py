@@ -504,3 +504,43 @@ def test_no_answer_is_ever_one_produced_for_another_identity(sidecar_on_echo) ->
         "mcpcache_requests_total", server="echo", method="tools/call", outcome="hit"
     )
     assert hits > 0
+
+
+@pytest.mark.parametrize(
+    ("method", "body"),
+    [
+        ("tools/call", '"params":{"name":"read_my_mail","name":"t","arguments":{"q":"x"}}'),
+        ("tools/call", '"params":{"name":"t","arguments":{"q":"secret","q":"x"}}'),
+        ("tools/call", '"params":{"name":"t","arguments":{"deep":[{"a":1,"a":2}]}}'),
+        # Go's encoding/json matches names regardless of case (U+017F and the Kelvin
+        # sign fold too): the key never reads `Params`, the upstream reads nothing else.
+        ("tools/call", '"params":{"name":"t"},"Params":{"name":"read_my_mail"}'),
+        ("tools/call", '"params":{"name":"t"},"param\u017f":{"name":"read_my_mail"}'),
+        ("tools/call", '"params":{"name":"t","arguments":{"city":"Paris","City":"London"}}'),
+        ("tools/call", '"params":{"name":"t","arguments":{"q":"x"}},"extra":1'),
+        # A listing the policy learns from, read upstream as a call.
+        ("tools/list", '"Method":"tools/call","Params":{"name":"t","arguments":{}}'),
+    ],
+)
+async def test_a_request_an_upstream_may_read_otherwise_is_refused_before_it_goes_upstream(
+    make_sidecar, echo_upstream, method: str, body: str
+) -> None:
+    # orjson keeps the last of two names and a first-wins or case-blind upstream another:
+    # the key would name `t` while the upstream answered `read_my_mail`, filed for every
+    # caller; a listing would teach read-only hints it does not hold.
+    peer, app = echo_upstream
+    public = [{"name": "t", "scope": "public", "enabled": True}]
+    server = one_server(app.base_url + "/mcp", name="echo", tools=public, onlyReadOnlyTools=True)
+    sidecar = make_sidecar(server)
+    raw = '{"jsonrpc":"2.0","id":"dup","method":"' + method + '",' + body + "}"
+    headers = call_headers("t", method)
+    if method == "tools/list":
+        del headers["mcp-name"]
+    calls = peer.calls
+    async with http_client(timeout=10) as http:
+        response = await http.post(sidecar.url("echo"), content=raw, headers=headers)
+    assert response.status_code == 400, response.text
+    error = response.json()
+    assert (error["id"], error["error"]["code"]) == ("dup", -32600)
+    assert peer.calls == calls, "nothing went upstream"
+    assert sidecar.sample("mcpcache_cache_entries") == 0

@@ -98,3 +98,12 @@ def test_entries_are_named_by_tool_or_by_method() -> None:
     assert scope_label(Scope("s", uri="doc://a")) == "resources/read"
     assert scope_label(Scope("s", listing="tools/list")) == "tools/list"
     assert scope_label(None) == "(other)"
+
+
+def test_tool_names_too_long_or_unprintable_are_counted_together() -> None:
+    # Names come from callers, and are printed in a terminal by `mcpcache suggest`.
+    seen = Observations()
+    for n, name in enumerate(("x" * 129, "a\nb", "esc\x1b[2K", "y" * 128)):
+        seen.saw("s", name, f"k{n}", SAME, 0)
+    assert sorted(seen.suggest("s")) == ["(other)", "y" * 128]
+    assert seen.suggest("s")["(other)"]["calls"] == 3

@@ -165,15 +165,18 @@ def test_only_read_only_tools_caches_what_a_listing_called_read_only() -> None:
                 {"name": "other"},
             ]
         },
+        "someone",
     )
     assert isinstance(decide("get"), policy.Lookup)
     assert decide("put") == policy.Bypass("not_read_only")
     assert decide("other") == policy.Bypass("not_read_only")
     assert isinstance(decide("lookup"), policy.Lookup), "enabled: true overrides"
-    hints.learn("docs", {"tools": [{"name": "get"}]})
+    hints.learn("docs", {"tools": [{"name": "get"}]}, "someone")
     assert decide("get") == policy.Bypass("not_read_only"), "one listing saying no is enough"
     listing = plan(ruled, request("tools/list"), {}, hints=hints)
-    assert listing == policy.Bypass("method", learn_tools=True)
+    assert isinstance(listing, policy.Bypass)
+    assert (listing.reason, listing.invalidates) == ("method", ())
+    assert listing.learner is not None, "the listing teaches, and names whom it was shown"
 
 
 def test_no_cache_on_an_event_stream_is_the_streams_convention_not_a_refusal() -> None:

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from mcpcache.sidecar.cache.store import Scope
 from mcpcache.sidecar.config import Server, ServerCache
 from mcpcache.sidecar.rules import answers, arguments, policy
-from mcpcache.sidecar.rules.hints import ToolHints
+from mcpcache.sidecar.rules.hints import MAX_CALLERS_PER_SERVER, ToolHints
 from mcpcache.sidecar.rules.messages import Message, Verdict
 from mcpcache.sidecar.rules.schema_defaults import certain_defaults
 
@@ -162,10 +162,19 @@ def listing(schema: Any) -> dict[str, Any]:
     return {"tools": [{"name": "search", "inputSchema": schema}]}
 
 
+def listed(s: Server, hints: ToolHints, result: dict[str, Any], headers: dict[str, str]) -> str:
+    """Learn from a `tools/list` answer as the proxy does: under the caller it was shown."""
+    message = Message({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    learner = plan(s, message, headers, hints).learner
+    assert learner is not None
+    hints.learn(s.name, result, learner)
+    return learner
+
+
 def test_filled_defaults_make_an_omitted_argument_key_like_its_explicit_default() -> None:
     s = server(fillSchemaDefaults=True)
     hints = ToolHints()
-    hints.learn("s", listing(PLAIN))
+    listed(s, hints, listing(PLAIN), {})
     keys = {
         plan(s, call("search", args), {}, hints).key  # type: ignore[union-attr]
         for args in ({"q": "x"}, {"q": "x", "limit": 10})
@@ -179,31 +188,70 @@ def test_filled_defaults_make_an_omitted_argument_key_like_its_explicit_default(
 
 def test_listings_that_disagree_leave_a_tool_with_no_defaults_until_forgotten() -> None:
     hints = ToolHints()
-    hints.learn("s", listing(PLAIN))
+    hints.learn("s", listing(PLAIN), "alice")
     other = {
         **PLAIN,
         "properties": {**PLAIN["properties"], "limit": {"type": "integer", "default": 20}},
     }
-    hints.learn("s", listing(other))
-    assert hints.defaults("s", "search") == {}
-    hints.learn("s", listing(PLAIN))
-    assert hints.defaults("s", "search") == {}
+    hints.learn("s", listing(other), "alice")
+    assert hints.defaults("s", "alice", "search") == {}
+    hints.learn("s", listing(PLAIN), "alice")
+    assert hints.defaults("s", "alice", "search") == {}
     hints.forget("s")
-    hints.learn("s", listing(PLAIN))
-    assert hints.defaults("s", "search") == {"limit": 10}
+    hints.learn("s", listing(PLAIN), "alice")
+    assert hints.defaults("s", "alice", "search") == {"limit": 10}
 
 
 def test_listings_that_differ_only_in_json_type_disagree() -> None:
     hints = ToolHints()
-    hints.learn("s", listing({"properties": {"a": {"default": 1}}}))
-    hints.learn("s", listing({"properties": {"a": {"default": True}}}))
-    assert hints.defaults("s", "search") == {}
+    hints.learn("s", listing({"properties": {"a": {"default": 1}}}), "alice")
+    hints.learn("s", listing({"properties": {"a": {"default": True}}}), "alice")
+    assert hints.defaults("s", "alice", "search") == {}
+
+
+def test_defaults_are_learned_per_caller_and_fill_only_that_callers_calls() -> None:
+    # A server whose `owner` defaults to the logged-in user shows each caller its own
+    # default: Alice's listing must not decide what Bob's omitted owner means.
+    s = server(fillSchemaDefaults=True)
+    hints = ToolHints()
+    alice, bob = {"authorization": "alice"}, {"authorization": "bob"}
+    listed(s, hints, listing_with_default("alice"), alice)
+
+    def key(args: dict[str, Any], headers: dict[str, str]) -> str:
+        lookup = plan(s, call("list_repos", args), headers, hints)
+        assert isinstance(lookup, policy.Lookup)
+        return lookup.key
+
+    assert key({}, alice) == key({"owner": "alice"}, alice), "Alice's own default fills in"
+    assert key({}, bob) != key({"owner": "alice"}, bob), "Bob never got Alice's default"
+    listed(s, hints, listing_with_default("bob"), bob)
+    assert key({}, bob) == key({"owner": "bob"}, bob)
+    assert key({}, alice) == key({"owner": "alice"}, alice), "Bob's listing leaves Alice's"
+
+
+def test_the_callers_whose_defaults_are_kept_are_bounded() -> None:
+    hints = ToolHints()
+    for n in range(MAX_CALLERS_PER_SERVER + 1):
+        hints.learn("s", listing(PLAIN), f"caller-{n}")
+    assert hints.defaults("s", "caller-0", "search") == {}, "the least recent is forgotten"
+    assert hints.defaults("s", "caller-1", "search") == {"limit": 10}
+
+
+def test_ambiguous_headers_neither_learn_nor_fill_but_the_lookup_is_refused() -> None:
+    s = server(fillSchemaDefaults=True)
+    twice = [("authorization", "a"), ("authorization", "b"), *PROTOCOL.items()]
+    message = Message({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    listing_plan = policy.plan(s, message, dict(twice), twice, "app", ToolHints())
+    assert isinstance(listing_plan, policy.Bypass)
+    assert listing_plan.learner is None
+    with pytest.raises(policy.RequestRefused):
+        policy.plan(s, call("search", {"q": "x"}), dict(twice), twice, "app", ToolHints())
 
 
 def test_a_public_key_drops_identity_and_session_but_keeps_every_other_header() -> None:
     s = server(tools=[{"name": "search", "scope": "public"}])
     alice = plan(s, call("search", {"q": "x"}), {"authorization": "a", "mcp-session-id": "1"})
-    bob = plan(s, call("search", {"q": "x"}), {"authorization": "b", "cookie": "c"})
+    bob = plan(s, call("search", {"q": "x"}), {"authorization": "b", "mcp-session-id": "2"})
     tenant = plan(s, call("search", {"q": "x"}), {"authorization": "b", "x-tenant": "t"})
     assert isinstance(alice, policy.Lookup)
     assert isinstance(bob, policy.Lookup)
@@ -338,7 +386,7 @@ def test_a_default_learned_from_one_callers_listing_never_fills_a_public_key() -
     # logged-in user); Bob's omitted owner means his own repositories.
     s = server(fillSchemaDefaults=True, tools=[{"name": "list_repos", "scope": "public"}])
     hints = ToolHints()
-    hints.learn("s", listing_with_default("alice"))
+    listed(s, hints, listing_with_default("alice"), {"authorization": "alice"})
     alice = plan(s, call("list_repos", {"owner": "alice"}), {"authorization": "alice"}, hints)
     bob = plan(s, call("list_repos", {}), {"authorization": "bob"}, hints)
     assert isinstance(alice, policy.Lookup)
@@ -360,6 +408,21 @@ def test_a_public_rule_keeps_callers_apart_when_the_protocol_version_is_unknown(
     with_version = plan(s, call("search", {"q": "x"}), {"authorization": "a"})
     assert isinstance(with_version, policy.Lookup)
     assert with_version.scope.public, "with the version header the rule still shares"
+
+
+def test_a_public_key_names_which_credentials_were_sent_never_their_values() -> None:
+    s = server(tools=[{"name": "search", "scope": "public"}])
+
+    def key(headers: dict[str, str]) -> str:
+        lookup = plan(s, call("search", {"q": "x"}), headers)
+        assert isinstance(lookup, policy.Lookup)
+        assert lookup.scope.public
+        return lookup.key
+
+    alice, bob = key({"authorization": "alice"}), key({"authorization": "bob"})
+    assert alice == bob
+    assert len({alice, key({}), key({"x-api-key": "k"}), key({"cookie": "c"})}) == 4
+    assert key({"authorization": "a", "cookie": "c"}) == key({"cookie": "d", "authorization": "b"})
 
 
 def nested(levels: int, around: Any) -> Any:

@@ -265,3 +265,25 @@ async def test_entries_kept_per_caller_are_not_served_once_a_rule_makes_the_tool
     assert status_of(bob) == "mcpcache; fwd=miss"
     assert "for Bearer bob" in bob.text
     assert peer.calls["search"] == calls + 1
+
+
+async def test_a_caller_without_a_credential_never_meets_a_public_entry_fetched_with_one(
+    make_sidecar, upstream
+) -> None:
+    # An upstream that refuses anonymous callers must not be bypassed through an entry
+    # for every caller; nor may an anonymous answer reach those who sent a credential.
+    peer, app = upstream
+    rules = [{"name": "search", "scope": "public"}]
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", name="docs", tools=rules))
+    q = unique()
+    searches = peer.calls["search"]
+    await call(sidecar, "search", {"q": q}, authorization="Bearer carol")
+    anonymous = [await call(sidecar, "search", {"q": q}) for _ in range(2)]
+    statuses = [status_of(r) for r in anonymous]
+    assert statuses == ["mcpcache; fwd=miss", "mcpcache; hit; detail=public"]
+    assert "for Bearer carol" not in anonymous[0].text
+    other_credential = await call(sidecar, "search", {"q": q}, **{"x-api-key": "k"})
+    assert status_of(other_credential) == "mcpcache; fwd=miss", "a key is not a token"
+    dave = await call(sidecar, "search", {"q": q}, authorization="Bearer dave")
+    assert status_of(dave) == "mcpcache; hit; detail=public"
+    assert peer.calls["search"] == searches + 3

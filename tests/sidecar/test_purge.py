@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from peers.clients import call_body, call_headers, http_client, mcp_client, post, unique
+from peers.clients import LEGACY, call_body, call_headers, http_client, mcp_client, post, unique
 from peers.serving import async_wait_until
-from peers.sidecar import RunningSidecar
+from peers.sidecar import RunningSidecar, one_server
 
 ALICE = {"authorization": "Bearer alice-secret-token"}
 
@@ -306,3 +306,23 @@ async def test_expired_entries_are_reported_apart_and_reading_stats_drops_nothin
         assert sidecar.sample("mcpcache_cache_expired_entries") == 1
         assert sidecar.sample("mcpcache_cache_expired_bytes") > 0
     assert len(sidecar.sidecar.cache) == 2, "the expired entry is kept for stale answers"
+
+
+async def test_a_tool_name_a_caller_chose_cannot_write_rows_or_escapes_into_the_stats_table(
+    make_sidecar, echo_upstream
+) -> None:
+    # The echo upstream answers (and the sidecar stores) any tool name a caller sends.
+    _, app = echo_upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", name="docs"))
+    forged = "x\ndocs  *  999  1Gi  9  9\x1b[2K"
+    headers = call_headers("")  # a name no header can carry: the older protocol sends none
+    del headers["mcp-name"], headers["mcp-method"]
+    headers["mcp-protocol-version"] = LEGACY
+    response = await post(sidecar.url("docs"), call_body(1, forged, {}), headers)
+    assert response.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    table = await asyncio.to_thread(cli, sidecar, "stats")
+    assert table.returncode == 0, table.stderr
+    assert "\x1b" not in table.stdout
+    assert [line for line in table.stdout.splitlines() if line.startswith("docs")] == [
+        line for line in table.stdout.splitlines() if line.split()[:3] == ["docs", "*", "1"]
+    ]

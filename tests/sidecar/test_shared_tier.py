@@ -579,3 +579,57 @@ async def test_a_result_the_server_marks_public_reaches_another_replica_and_priv
         else:
             assert theirs.headers["cache-status"].startswith("mcpcache; fwd=miss")
             assert peer.calls["doc"] == before + 2
+
+
+async def test_a_public_entry_too_large_for_a_replicas_memory_is_still_answered_as_public(
+    make_sidecar, redis_server, json_upstream
+) -> None:
+    # Replicas mid-rollout may differ in budget: one that cannot keep the tier's entry
+    # still answers it as it is, an entry for every caller, with its age.
+    peer, app = json_upstream
+    app_id = new_app()
+    rules = [{"name": "blob", "scope": "public"}]
+    documents = [shared_config(app, redis_server.url, app_id) for _ in range(2)]
+    for document in documents:
+        document["servers"][0]["cache"]["tools"] = rules
+    documents[1]["cache"] = {"maxBytes": "1Ki"}
+    roomy, small = (make_sidecar(document) for document in documents)
+    arguments = {"size": 4000}
+    before = peer.calls["blob"]
+    await call(roomy, "blob", arguments, authorization="Bearer alice")
+    await stored(roomy)
+    for _ in range(2):
+        status, _, answer = await call(small, "blob", arguments, authorization="Bearer bob")
+        assert status == SHARED_PUBLIC_HIT
+        assert "io.mcpcache/age" in answer["result"]["_meta"]
+    assert peer.calls["blob"] == before + 1
+    assert small.sample("mcpcache_cache_entries") == 0, "served, not kept"
+
+
+async def test_an_answer_a_revalidation_found_out_of_date_is_not_copied_back_from_the_tier(
+    make_sidecar, redis_server, own_upstream
+) -> None:
+    _, app = own_upstream
+    plain = shared_config(app, redis_server.url)
+    plain["servers"][0]["cache"]["ttl"] = "60s"
+    checking = json.loads(json.dumps(plain))
+    checking["servers"][0]["cache"]["revalidateSample"] = 1
+    first, checker = make_sidecar(plain), make_sidecar(checking)
+    arguments = {"text": unique()}
+    _, _, old = await call(first, "echo", arguments)  # "<text> #1", in memory and Redis
+    await stored_in_redis(first)
+    assert (await call(checker, "echo", arguments))[0] == SHARED_HIT
+    assert (await call(checker, "echo", arguments))[0] == "mcpcache; hit"  # rechecked
+    await async_wait_until(
+        lambda: checker.sample("mcpcache_revalidations_total", server="s", result="changed") == 1,
+        10,
+        "the revalidation",
+    )
+    await async_wait_until(
+        lambda: not keys(redis_server, plain["appId"]),
+        10,
+        "the out-of-date copy to leave Redis",
+    )
+    status, _, later = await call(make_sidecar(plain), "echo", arguments)
+    assert status.startswith("mcpcache; fwd=miss"), "a new replica asks the upstream"
+    assert text_of(later) != text_of(old)

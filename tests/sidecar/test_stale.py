@@ -197,3 +197,22 @@ async def test_a_refresh_carries_exactly_the_triggering_requests_headers(
     seen = json.loads(text(fresh))
     assert seen["authorization"] == credential
     assert seen["x-turn"] == "second", "the refresh went with the triggering request's headers"
+
+
+async def test_a_stale_answer_from_an_entry_for_every_caller_says_so(
+    make_sidecar, own_upstream
+) -> None:
+    _, app = own_upstream
+    public = [{"name": "echo", "scope": "public"}]
+    sidecar = make_sidecar(
+        one_server(app.base_url + "/mcp", ttl="1s", staleIfError="1m", tools=public)
+    )
+    arguments = {"text": unique()}
+    first = await call(sidecar, "echo", arguments, "first", authorization="Bearer alice")
+    stored_at = time.monotonic()  # the entry was stored before this
+    app.stop()
+    await past(stored_at + 1.05)
+    stale = await call(sidecar, "echo", arguments, "second", authorization="Bearer bob")
+    assert stale.status_code == 200
+    assert stale.headers["cache-status"].endswith("; detail=public-stale-if-error")
+    assert text(stale) == text(first)

@@ -197,3 +197,44 @@ def test_only_a_numeric_ttl_hint_is_restated() -> None:
     assert encode_result({"content": []})[1] == 0
     result, ttl_at = encode_result({"ttlMs": 5})
     assert (result, ttl_at) == (b'{"ttlMs":5}', len(b'{"ttlMs":'))
+
+
+def test_an_entry_stored_without_options_has_the_plain_defaults() -> None:
+    cache, clock, _ = make()
+    entry = cache.store("k", b'{"a":1}', event_stream=True, ttl=5)
+    assert entry is not None
+    assert (entry.event_stream, entry.session, entry.keep_stale, entry.note) == (
+        True,
+        "",
+        0.0,
+        False,
+    )
+    clock.now += 5
+    assert cache.get_stale("k") is None, "no stale window unless one is given"
+
+
+def test_bytes_that_are_not_an_object_keep_the_ttl_offset_they_came_with() -> None:
+    cache, _, _ = make()
+    entry = cache.store("k", b"[1,2]", False, ttl=5, ttl_at=3)
+    assert entry is not None
+    assert (entry.layout, entry.ttl_at) == (None, 3)
+
+
+def test_the_age_note_follows_the_servers_setting_unless_told() -> None:
+    cache, _, _ = make()
+    cache.age_notes = lambda server: server == "noted"
+    noted = cache.store("a", b"{}", False, ttl=5, scope=Scope("noted"))
+    plain = cache.store("b", b"{}", False, ttl=5, scope=Scope("plain"))
+    told = cache.make_entry(b"{}", False, ttl=5, scope=Scope("noted"), age_note=False)
+    assert noted is not None
+    assert plain is not None
+    assert (noted.note, plain.note, told.note) == (True, False, False)
+
+
+def test_entries_set_directly_with_one_expiry_are_told_apart() -> None:
+    cache, _, _ = make()
+    entry = cache.make_entry(b"{}", False, ttl=5)
+    cache["a"] = entry
+    cache["b"] = entry  # the same expiry: the heap orders them by their new sequence
+    assert set(cache) == {"a", "b"}
+    assert cache["a"].seq != cache["b"].seq

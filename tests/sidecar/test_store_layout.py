@@ -138,3 +138,16 @@ def test_a_hit_is_framed_as_json_or_as_one_event() -> None:
 )
 def test_an_age_reads_as_a_short_span(seconds: int, text: bytes) -> None:
     assert span(seconds) == text
+
+
+@pytest.mark.parametrize("content", [{"type": "text", "text": "hi"}, "plain", None, 3])
+def test_a_content_member_that_is_not_a_list_is_kept_as_it_is(content: Any) -> None:
+    result = {"content": content, "structuredContent": {"n": 1}}
+    answered = hit(result, 5)
+    assert answered["content"] == content
+    assert answered["structuredContent"] == {"n": 1}
+
+
+def test_a_rewritten_scope_replaces_the_results_own() -> None:
+    encoded, _ = encode({"tools": [], "cacheScope": "public"}, ttl_ms=0, scope="private")
+    assert orjson.loads(encoded) == {"tools": [], "cacheScope": "private", "ttlMs": 0}

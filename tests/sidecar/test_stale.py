@@ -199,6 +199,7 @@ async def test_a_refresh_carries_exactly_the_triggering_requests_headers(
     assert seen["x-turn"] == "second", "the refresh went with the triggering request's headers"
 
 
+@pytest.mark.slow
 async def test_a_stale_answer_from_an_entry_for_every_caller_says_so(
     make_sidecar, own_upstream
 ) -> None:

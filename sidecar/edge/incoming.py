@@ -3,7 +3,6 @@ and its JSON-RPC message checked before anything is looked up."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Final
@@ -11,7 +10,7 @@ from typing import Final
 from starlette.types import Message as ASGIMessage
 from starlette.types import Receive, Scope
 
-from ..rules.ambiguity import LARGE_BODY, ambiguity
+from ..rules.ambiguity import Ambiguous, upstream_body
 from ..rules.headers import JSON, accepts_both, joined, media_type
 from ..rules.messages import (
     HEADER_MISMATCH,
@@ -141,12 +140,10 @@ class Incoming:
         return message
 
     @staticmethod
-    async def refuse_ambiguous(raw: bytes, message: Message) -> None:
-        """400 for a body an upstream may read otherwise than the sidecar does (see
-        `rules.ambiguity`); a large one is read off the event loop."""
-        if len(raw) <= LARGE_BODY:
-            problem = ambiguity(raw)
-        else:
-            problem = await asyncio.to_thread(ambiguity, raw)
-        if problem is not None:
-            raise ProxyError(400, INVALID_REQUEST, problem, request_id=message.id)
+    def upstream_body(message: Message) -> bytes:
+        """The message's bytes for the upstream, as the sidecar read them; 400 for a
+        body that may be read two ways (see `rules.ambiguity`)."""
+        try:
+            return upstream_body(message.body, message.raw)
+        except Ambiguous as exc:
+            raise ProxyError(400, INVALID_REQUEST, str(exc), request_id=message.id) from exc

@@ -92,7 +92,11 @@ class Invalidator:
         purged = []
         for server in config.servers:
             if self._urls.get(server.name, server.url) != server.url:
-                self.hints.forget(server.name)  # another server now: its tools unknown
+                # Another server now: its tools unknown, and the listings of the old one
+                # gone (a listing answered from the cache would teach it again).
+                self.hints.forget(server.name)
+                listed = self.cache.keys_for(server.name, listings=("tools/list",))
+                self._drop(server.name, listed, "purge")
             self._urls[server.name] = server.url
             known = server.name in self._purge_markers
             previous = self._purge_markers.get(server.name)

@@ -11,10 +11,9 @@ caller's, exactly as on a miss of the same key, and the answer is filed under th
 key. It is the stale-while-revalidate refresh (a flight with no client) with a
 comparison on top: a storable answer replaces the entry as any refresh does; a changed
 one that may not be stored removes it, since it is known to be out of date. A changed
-answer also removes the server's entries in the shared tier, as an invalidation does
-(a recheck does not write there, and a single entry cannot be removed there fenced
-against a late write of the old answer), so that no replica copies back what is known
-to be out of date.
+answer also removes the entry's copy in the shared tier (a recheck does not write
+there), and again once any write of the old answer still on its way has landed, so that
+no replica copies back what is known to be out of date.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from ..config import Server, SidecarConfig
 from ..edge.hit import HitResponse
 from ..edge.incoming import Incoming
 from ..rules import policy
-from ..rules.ambiguity import LARGE_BODY, ambiguity
+from ..rules.ambiguity import Ambiguous, upstream_body
 from ..rules.messages import Message, Verdict
 from ..upstream.exchange import Exchanges
 from ..upstream.flights import Flight
@@ -82,9 +81,7 @@ class Recheck(Fetch):
             if storage.cache.get(key) is self._entry:
                 storage.cache.purge([key])
             if storage.tier is not None and not request.lookup.session:
-                # Fenced, as every removal is: a write of the old answer still on its
-                # way (from this replica or another) lands dead.
-                storage.tier.forget_server(request.app_id, request.server.name)
+                storage.tier.forget(request.app_id, request.server.name, key)
         return verdict
 
     def _count(self, result: Revalidated) -> None:
@@ -108,7 +105,6 @@ def answer_hit(
     incoming: Incoming,
     server: Server,
     message: Message,
-    raw: bytes,
     plan: policy.Lookup,
     method: str,
     config: SidecarConfig,
@@ -118,15 +114,26 @@ def answer_hit(
     listing the policy learns from, and, for the server's `revalidateSample` of hits,
     checked in the background unless its key is already being fetched."""
     proxy.metrics.count(server.name, method, "hit")
-    if plan.learner is not None and not (entry.scope is not None and entry.scope.public):
-        # A listing of the caller's own teaches as on its miss (not one for everyone:
-        # it was fetched for another caller, whose defaults it may hold).
-        proxy.hints.learn(server.name, orjson.loads(entry.result), plan.learner)
+    # A listing of the caller's own teaches a caller the policy has no record of (pushed
+    # out of it, or answered from the tier) as their miss did; never one for everyone
+    # (fetched for another caller, whose defaults it may hold). The server's listings go
+    # when its tools are forgotten, so none teaches another server's tools.
+    learner, public = plan.learner, entry.scope is not None and entry.scope.public
+    if learner is not None and not public and not proxy.hints.knows(server.name, learner):
+        proxy.hints.learn(server.name, orjson.loads(entry.result), learner)
     rate = server.cache.revalidate_sample
     checkable = rate and random.random() < rate and not proxy.coalescer.running(plan.key)
     # A body the upstream may read otherwise than the key does is never sent to be stored.
-    if checkable and len(raw) <= LARGE_BODY and ambiguity(raw) is None:
-        request = CacheableRequest(incoming, server, message, raw, plan, method, config.app_id)
+    body = _unambiguous_body(message) if checkable else None
+    if body is not None:
+        request = CacheableRequest(incoming, server, message, body, plan, method, config.app_id)
         recheck = Recheck(proxy.exchanges, proxy.storage, request, proxy.via, entry)
         proxy.coalescer.start(plan.key, recheck.run, leader=False, joinable=True, keep_going=True)
     return HitResponse.of(entry, message.id, proxy.cache.timer())
+
+
+def _unambiguous_body(message: Message) -> bytes | None:
+    try:
+        return upstream_body(message.body, message.raw)
+    except Ambiguous:
+        return None

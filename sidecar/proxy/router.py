@@ -106,14 +106,14 @@ class Proxy:
         if isinstance(plan, policy.Bypass):
             if message.is_request:
                 self.metrics.count_bypass(server.name, method, plan.reason)
-            if plan.invalidates or plan.learner is not None:  # its reading writes
-                await incoming.refuse_ambiguous(raw, message)
-            return await self._pass(incoming, server, plan, message, raw)
+            return await self._pass(
+                incoming, server, plan, message, incoming.upstream_body(message)
+            )
         entry = self.cache.get_fresh(plan.key)
         if entry is None and plan.public_key:  # trustPublicHints: the entry for everyone
             entry = self.cache.get_fresh(plan.public_key)
         if entry is not None:
-            return answer_hit(self, incoming, server, message, raw, plan, method, config, entry)
+            return answer_hit(self, incoming, server, message, plan, method, config, entry)
         generation = None
         if self.tier is not None and not plan.session:
             # Answers given inside a legacy session end with it: they stay in memory.
@@ -124,7 +124,7 @@ class Proxy:
             if entry is not None:
                 self.metrics.count(server.name, method, "hit")
                 return HitResponse.of(entry, message.id, self.cache.timer(), from_tier=True)
-        await incoming.refuse_ambiguous(raw, message)  # the answer would be stored
+        raw = incoming.upstream_body(message)  # the answer would be stored
         extra = policy.extra_keyed_headers(server, plan.keyed)
         if extra:
             self.metrics.count_keyed_headers(server.name, extra)

@@ -51,6 +51,11 @@ class ToolHints:
         callers = self._defaults.get(server, _NO_CALLERS)
         return callers.get(caller, _NO_TOOLS).get(tool, _UNCERTAIN)
 
+    def knows(self, server: str, caller: str) -> bool:
+        """Whether some listing `caller` was shown is on record since the server's
+        tools were last forgotten."""
+        return caller in self._defaults.get(server, _NO_CALLERS)
+
     def read_only(self, server: str, tool: str) -> bool:
         return self._read_only.get(server, {}).get(tool, False)
 

@@ -114,6 +114,7 @@ class Message:
         and the key only knows params as an object, so such a request is never cached."""
 
 
+_MEMBERS: Final = frozenset({"jsonrpc", "id", "method", "params", "result", "error"})
 PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
 INVALID_PARAMS: Final = -32602
@@ -132,6 +133,9 @@ def parse_message(raw: bytes) -> Message:
         raise MalformedMessage(INVALID_REQUEST, "request body must be a JSON-RPC object")
     if body.get("jsonrpc") != "2.0":
         raise MalformedMessage(INVALID_REQUEST, 'request body must have "jsonrpc": "2.0"')
+    if not _MEMBERS.issuperset(body):  # `Method` beside `method` is one to Go's reader
+        extra = min(set(body) - _MEMBERS)[:64]
+        raise MalformedMessage(INVALID_REQUEST, f"{extra!r} is not a JSON-RPC member")
     message = Message(body, raw)
     method = body.get("method")
     if "method" in body and not isinstance(method, str):

@@ -155,6 +155,19 @@ class RedisTier:
         removed = await self._run("delete", partial(self._client.unlink, names))
         return 0 if isinstance(removed, Failed) else removed
 
+    def forget(self, app_id: str, server: str, key: str) -> None:
+        """Remove one entry known out of date, in the background: now, and again once
+        any write of it already on its way (from any replica: each is bounded by the
+        timeout) has landed. When too many writes are pending, the server's entries go
+        instead (fenced), so that the old answer is never kept."""
+        if not self._spawn(partial(self._forget, app_id, server, key)):
+            self.forget_server(app_id, server)
+
+    async def _forget(self, app_id: str, server: str, key: str) -> None:
+        await self.delete(app_id, server, [key])
+        await asyncio.sleep(2 * self.settings.timeout)
+        await self.delete(app_id, server, [key])
+
     async def delete_server(self, app_id: str, server: str) -> int:
         """Remove every entry of one server for one app, for every caller (a purge)."""
         return await self.removals.delete_server(app_id, server)

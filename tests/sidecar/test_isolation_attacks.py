@@ -507,40 +507,66 @@ def test_no_answer_is_ever_one_produced_for_another_identity(sidecar_on_echo) ->
 
 
 @pytest.mark.parametrize(
-    ("method", "body"),
+    "body",
     [
-        ("tools/call", '"params":{"name":"read_my_mail","name":"t","arguments":{"q":"x"}}'),
-        ("tools/call", '"params":{"name":"t","arguments":{"q":"secret","q":"x"}}'),
-        ("tools/call", '"params":{"name":"t","arguments":{"deep":[{"a":1,"a":2}]}}'),
         # Go's encoding/json matches names regardless of case (U+017F and the Kelvin
-        # sign fold too): the key never reads `Params`, the upstream reads nothing else.
-        ("tools/call", '"params":{"name":"t"},"Params":{"name":"read_my_mail"}'),
-        ("tools/call", '"params":{"name":"t"},"param\u017f":{"name":"read_my_mail"}'),
-        ("tools/call", '"params":{"name":"t","arguments":{"city":"Paris","City":"London"}}'),
-        ("tools/call", '"params":{"name":"t","arguments":{"q":"x"}},"extra":1'),
+        # sign fold too), last one wins: the key, the rule or the write's invalidation
+        # would read one call while the upstream ran another.
+        '"method":"tools/call","params":{"name":"t"},"Params":{"name":"read_my_mail"}',
+        '"method":"tools/call","params":{"name":"t"},"param\\u017f":{"name":"read_my_mail"}',
+        '"method":"tools/call","params":{"name":"t","arguments":{"city":"Paris","City":"Rome"}}',
+        '"method":"tools/call","params":{"name":"off","arguments":{},"Name":"w"}',
+        '"method":"tools/call","params":{"name":"t","arguments":{"deep":[{"a":1,"A":2}]}}',
+        # A write the sidecar would read as a response, or as a method it passes by.
+        '"Method":"tools/call","params":{"name":"w","arguments":{}}',
+        '"method":"ping","Method":"tools/call","params":{"name":"w","arguments":{}}',
+        '"method":"tools/call","params":{"name":"t","arguments":{}},"extra":1',
         # A listing the policy learns from, read upstream as a call.
-        ("tools/list", '"Method":"tools/call","Params":{"name":"t","arguments":{}}'),
+        '"method":"tools/list","Method":"tools/call","Params":{"name":"t","arguments":{}}',
     ],
 )
 async def test_a_request_an_upstream_may_read_otherwise_is_refused_before_it_goes_upstream(
-    make_sidecar, echo_upstream, method: str, body: str
+    make_sidecar, echo_upstream, body: str
 ) -> None:
-    # orjson keeps the last of two names and a first-wins or case-blind upstream another:
-    # the key would name `t` while the upstream answered `read_my_mail`, filed for every
-    # caller; a listing would teach read-only hints it does not hold.
     peer, app = echo_upstream
-    public = [{"name": "t", "scope": "public", "enabled": True}]
-    server = one_server(app.base_url + "/mcp", name="echo", tools=public, onlyReadOnlyTools=True)
+    rules = [
+        {"name": "t", "scope": "public", "enabled": True},
+        {"name": "w", "invalidates": ["t"]},
+        {"name": "off", "enabled": False},
+    ]
+    server = one_server(app.base_url + "/mcp", name="echo", tools=rules, onlyReadOnlyTools=True)
     sidecar = make_sidecar(server)
-    raw = '{"jsonrpc":"2.0","id":"dup","method":"' + method + '",' + body + "}"
-    headers = call_headers("t", method)
-    if method == "tools/list":
-        del headers["mcp-name"]
+    raw = '{"jsonrpc":"2.0","id":"dup",' + body + "}"
+    headers = {k: v for k, v in call_headers("t").items() if not k.startswith("mcp-")}
+    headers["mcp-protocol-version"] = call_headers("t")["mcp-protocol-version"]
     calls = peer.calls
     async with http_client(timeout=10) as http:
         response = await http.post(sidecar.url("echo"), content=raw, headers=headers)
     assert response.status_code == 400, response.text
     error = response.json()
-    assert (error["id"], error["error"]["code"]) == ("dup", -32600)
+    assert error["error"]["code"] == -32600
     assert peer.calls == calls, "nothing went upstream"
     assert sidecar.sample("mcpcache_cache_entries") == 0
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        '{"name":"t","arguments":{"q":"secret","q":"x"}}',
+        '{"name":"read_my_mail","name":"t","arguments":{"q":"x"}}',
+    ],
+)
+async def test_a_name_given_twice_reaches_the_upstream_once_with_the_value_the_key_read(
+    make_sidecar, echo_upstream, params: str
+) -> None:
+    # orjson keeps the last of two names and another parser may keep the first: the
+    # upstream gets the message as the sidecar read it, never the client's bytes.
+    _, app = echo_upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", name="echo"))
+    raw = '{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":' + params + "}"
+    async with httpx.AsyncClient(timeout=10) as http:
+        response = await http.post(sidecar.url("echo"), content=raw, headers=call_headers("t"))
+    assert response.status_code == 200, response.text
+    assert who_answered(response.json())["arguments"] == {"q": "x"}
+    assert b"secret" not in response.content
+    assert b"read_my_mail" not in response.content

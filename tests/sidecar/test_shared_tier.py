@@ -633,3 +633,34 @@ async def test_an_answer_a_revalidation_found_out_of_date_is_not_copied_back_fro
     status, _, later = await call(make_sidecar(plain), "echo", arguments)
     assert status.startswith("mcpcache; fwd=miss"), "a new replica asks the upstream"
     assert text_of(later) != text_of(old)
+
+
+async def test_a_callers_rechecks_that_find_changes_leave_other_entries_in_the_tier(
+    make_sidecar, redis_server, own_upstream
+) -> None:
+    peer, app = own_upstream
+    plain = shared_config(app, redis_server.url)
+    plain["servers"][0]["cache"]["ttl"] = "60s"
+    checking = json.loads(json.dumps(plain))
+    checking["servers"][0]["cache"]["revalidateSample"] = 1
+    first, checker = make_sidecar(plain), make_sidecar(checking)
+    alice_args = {"text": unique()}  # a stable tool's answer, shared through the tier
+    await call(first, "stable", alice_args, authorization="Bearer alice")
+    await stored_in_redis(first)
+    mallory_args = {"text": unique()}  # `echo` answers differently every time
+    await call(checker, "echo", mallory_args, authorization="Bearer mallory")
+    for n in range(1, 4):
+        status = (await call(checker, "echo", mallory_args, authorization="Bearer mallory"))[0]
+        assert status == "mcpcache; hit"
+        await async_wait_until(
+            lambda n=n: (
+                checker.sample("mcpcache_revalidations_total", server="s", result="changed") == n
+            ),
+            10,
+            "the recheck",
+        )
+    calls = peer.calls["stable"]
+    later = make_sidecar(plain)
+    status = (await call(later, "stable", alice_args, authorization="Bearer alice"))[0]
+    assert status == SHARED_HIT, "another caller's entry stays in the tier"
+    assert peer.calls["stable"] == calls

@@ -564,7 +564,7 @@ async def test_a_name_given_twice_reaches_the_upstream_once_with_the_value_the_k
     _, app = echo_upstream
     sidecar = make_sidecar(one_server(app.base_url + "/mcp", name="echo"))
     raw = '{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":' + params + "}"
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with http_client(timeout=10) as http:
         response = await http.post(sidecar.url("echo"), content=raw, headers=call_headers("t"))
     assert response.status_code == 200, response.text
     assert who_answered(response.json())["arguments"] == {"q": "x"}

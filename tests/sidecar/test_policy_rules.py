@@ -248,3 +248,19 @@ def test_a_keyed_header_sent_twice_is_keyed_on_both_copies_in_order() -> None:
     keyed = callers.keyed_headers(on, headers)
     material = callers.identity(on, headers, keyed, raw)
     assert material == {"header:authorization": secret_digest("first\nsecond")}
+
+
+def test_an_entry_for_every_caller_names_the_credentials_sent_never_their_values() -> None:
+    on = server()
+    headers = {"cookie": "c", "authorization": "a"}
+    keyed = callers.public_keyed(callers.keyed_headers(on, headers), on.cache.identity_headers)
+    material = callers.anyone_identity(on, headers, keyed)
+    assert material == {"credentials": "authorization,cookie"}
+
+
+def test_a_caller_is_keyed_on_every_copy_of_a_header_and_not_on_one_connection_hides() -> None:
+    raw = [("x-tenant", "a"), ("x-tenant", "b"), ("x-trace", "t"), ("connection", "x-trace")]
+    headers = {"x-tenant": "a, b", "x-trace": "t", "connection": "x-trace"}
+    caller = callers.caller_of(server(), headers, raw)
+    assert "x-trace" not in caller.keyed
+    assert caller.who["header:x-tenant"] == secret_digest("a\nb")

@@ -3,6 +3,7 @@ and its JSON-RPC message checked before anything is looked up."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Final
@@ -10,7 +11,7 @@ from typing import Final
 from starlette.types import Message as ASGIMessage
 from starlette.types import Receive, Scope
 
-from ..rules.ambiguity import Ambiguous, upstream_body
+from ..rules.ambiguity import LARGE_BODY, Ambiguous, upstream_body
 from ..rules.headers import JSON, accepts_both, joined, media_type
 from ..rules.messages import (
     HEADER_MISMATCH,
@@ -140,10 +141,13 @@ class Incoming:
         return message
 
     @staticmethod
-    def upstream_body(message: Message) -> bytes:
+    async def upstream_body(message: Message) -> bytes:
         """The message's bytes for the upstream, as the sidecar read them; 400 for a
-        body that may be read two ways (see `rules.ambiguity`)."""
+        body that may be read two ways (see `rules.ambiguity`). A large body is read
+        off the event loop."""
         try:
-            return upstream_body(message.body, message.raw)
+            if len(message.raw) <= LARGE_BODY:
+                return upstream_body(message.body, message.raw)
+            return await asyncio.to_thread(upstream_body, message.body, message.raw)
         except Ambiguous as exc:
             raise ProxyError(400, INVALID_REQUEST, str(exc), request_id=message.id) from exc

@@ -11,9 +11,10 @@ caller's, exactly as on a miss of the same key, and the answer is filed under th
 key. It is the stale-while-revalidate refresh (a flight with no client) with a
 comparison on top: a storable answer replaces the entry as any refresh does; a changed
 one that may not be stored removes it, since it is known to be out of date. A changed
-answer also removes the entry's copy in the shared tier (a recheck does not write
-there), and again once any write of the old answer still on its way has landed, so that
-no replica copies back what is known to be out of date.
+answer also removes the entry's copy in the shared tier, best effort (a recheck does not
+write there): one that Redis loses, or that a late write of the old answer overtakes,
+stays until its TTL, as it would without the check. Never the server's other entries:
+any caller can make its own rechecks find changes.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ..config import Server, SidecarConfig
 from ..edge.hit import HitResponse
 from ..edge.incoming import Incoming
 from ..rules import policy
-from ..rules.ambiguity import Ambiguous, upstream_body
+from ..rules.ambiguity import LARGE_BODY, Ambiguous, upstream_body
 from ..rules.messages import Message, Verdict
 from ..upstream.exchange import Exchanges
 from ..upstream.flights import Flight
@@ -133,6 +134,10 @@ def answer_hit(
 
 
 def _unambiguous_body(message: Message) -> bytes | None:
+    """The body to recheck with; None for a large one (never read on the event loop
+    for a check) or one that may be read two ways."""
+    if len(message.raw) > LARGE_BODY:
+        return None
     try:
         return upstream_body(message.body, message.raw)
     except Ambiguous:

@@ -107,7 +107,7 @@ class Proxy:
             if message.is_request:
                 self.metrics.count_bypass(server.name, method, plan.reason)
             return await self._pass(
-                incoming, server, plan, message, incoming.upstream_body(message)
+                incoming, server, plan, message, await incoming.upstream_body(message)
             )
         entry = self.cache.get_fresh(plan.key)
         if entry is None and plan.public_key:  # trustPublicHints: the entry for everyone
@@ -124,7 +124,7 @@ class Proxy:
             if entry is not None:
                 self.metrics.count(server.name, method, "hit")
                 return HitResponse.of(entry, message.id, self.cache.timer(), from_tier=True)
-        raw = incoming.upstream_body(message)  # the answer would be stored
+        raw = await incoming.upstream_body(message)  # the answer would be stored
         extra = policy.extra_keyed_headers(server, plan.keyed)
         if extra:
             self.metrics.count_keyed_headers(server.name, extra)

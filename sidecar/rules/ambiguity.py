@@ -13,8 +13,9 @@ teaches hints it does not hold.
 So a body goes upstream as the sidecar read it, re-encoded from the parsed message: a
 name given twice reaches the upstream once, with the value the sidecar used. A body in
 which one object has two names equal after case folding is refused. The one exception
-is a body holding a number the parsed message does not keep exactly (`numbers`): it
-goes as the client wrote it, after a second, exact reading refuses any name given twice.
+is a body holding a number the parsed message does not keep exactly (`numbers`), or one
+nested deeper than orjson writes: it goes as the client wrote it, after a second, exact
+reading refuses any name given twice (past the standard library's depth, the body).
 Members JSON-RPC does not define are refused when the message is parsed
 (`messages.parse_message`).
 
@@ -24,11 +25,14 @@ Pure, no I/O.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from .numbers import has_inexact_number
+
+LARGE_BODY: Final = 64 * 1024
+"""Bodies past this size are read off the event loop, and never rechecked."""
 
 
 class Ambiguous(ValueError):
@@ -38,16 +42,19 @@ class Ambiguous(ValueError):
 def upstream_body(body: dict[str, Any], raw: bytes) -> bytes:
     """The bytes that go upstream for a message parsed as `body` from `raw`; raises
     `Ambiguous`."""
-    if has_inexact_number(raw):
+    if not has_inexact_number(raw):
+        name = folded_collision(body)
+        if name is not None:
+            raise Ambiguous(_twice(name))
         try:
-            json.loads(raw, object_pairs_hook=_unique_members)
-        except RecursionError:
-            raise Ambiguous("the request is nested too deeply to read exactly") from None
-        return raw
-    name = folded_collision(body)
-    if name is not None:
-        raise Ambiguous(_twice(name))
-    return orjson.dumps(body)
+            return orjson.dumps(body)
+        except orjson.JSONEncodeError:
+            pass  # nested deeper than orjson writes: as written, once read exactly
+    try:
+        json.loads(raw, object_pairs_hook=_unique_members)
+    except RecursionError:
+        raise Ambiguous("the request is nested too deeply to read exactly") from None
+    return raw
 
 
 def folded_collision(value: Any) -> str | None:

@@ -49,9 +49,14 @@ def skipped(rule: ToolRule, arguments: Mapping[str, Any]) -> bool:
 
 
 def _value_digest(name: str, value: Any) -> str:
+    """The value's digest; "" (unknown) for one nested deeper than JSON can be written
+    here: no write matches it, and a write with it removes every entry of the tool."""
     text = value_text(value)
     if text is None:  # an object or an array: by its canonical JSON
-        text = "json:" + orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+        try:
+            text = "json:" + orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+        except orjson.JSONEncodeError:
+            return ""
     return secret_digest(f"{name}\0{text}")
 
 
@@ -63,14 +68,15 @@ def argument_digests(names: tuple[str, ...], arguments: Mapping[str, Any]) -> Ar
 def removals(rule: ToolRule, arguments: Mapping[str, Any]) -> tuple[Removal, ...]:
     """What a call of this write tool removes: each plain glob as it is, each `{tool,
     match}` entry with the call's values — or, when the call lacks one of the matched
-    arguments (its value unknown here), every entry of that tool."""
+    arguments or its value cannot be digested (unknown here), every entry of that tool."""
     found: list[Removal] = []
     for entry in rule.invalidates:
         if not isinstance(entry, ArgumentMatch):
             found.append(entry)
         elif all(name in arguments for name in entry.match):
-            names = tuple(sorted(entry.match))
-            found.append(MatchedRemoval(entry.tool, argument_digests(names, arguments)))
+            digests = argument_digests(tuple(sorted(entry.match)), arguments)
+            known = all(digest for _, digest in digests)
+            found.append(MatchedRemoval(entry.tool, digests) if known else entry.tool)
         else:
             found.append(entry.tool)
     return tuple(found)

@@ -57,6 +57,7 @@ BypassReason = Literal[
     "request_state",
     "task",
     "inexact_number",
+    "too_deep",
     "positional_params",
     "tool_rule",
     "not_read_only",
@@ -93,10 +94,8 @@ class MalformedMessage(ValueError):
 
 
 class Message:
-    """A decoded client-to-server JSON-RPC message (request, notification or response).
-
-    The fields the proxy consults are read out once, when the message is parsed.
-    """
+    """A decoded client-to-server JSON-RPC message (request, notification or response);
+    the fields the proxy consults are read out once, when the message is parsed."""
 
     __slots__ = ("body", "id", "is_request", "method", "params", "positional", "raw")
 

@@ -60,6 +60,6 @@ def has_inexact_number(raw: bytes) -> bool:
 
     try:
         json.loads(raw, parse_float=exact_float, parse_int=exact_int)
-    except ValueError:
+    except (ValueError, ArithmeticError, RecursionError):  # not read exactly: inexact
         return True
     return inexact

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
+import orjson
+
 from ..cache.store import Scope
 from ..config import Server, ToolRule
 from . import arguments
@@ -57,6 +59,7 @@ BYPASS_FWD: Final[dict[BypassReason, str]] = {
     "request_state": "request",  # the request itself rules the cache out
     "task": "request",  # the caller asked for a task: the work must run
     "inexact_number": "request",  # a number the key could not tell apart from another
+    "too_deep": "request",  # nested deeper than the key can be written
     "positional_params": "request",  # params as an array: the key reads objects only
     "tool_rule": "bypass",  # the tool's rule turns caching off (or the tool writes)
     "not_read_only": "bypass",  # onlyReadOnlyTools, and the tool is not known read-only
@@ -68,6 +71,7 @@ BYPASS_DETAIL: Final[dict[BypassReason, str]] = {
     "tool_rule": "tool-rule",
     "not_read_only": "not-read-only",
     "positional_params": "positional-params",
+    "too_deep": "too-deep",
     "skip_if": "skip-if",
 }
 """`detail` values that tell apart bypasses sharing one `fwd`."""
@@ -228,7 +232,10 @@ def plan(
     else:
         params = filled
     ignored = rule.ignore_arguments if rule is not None else ()
-    key = cache_key(server.name, method, params, app_id, who, ignored, public)
+    try:
+        key = cache_key(server.name, method, params, app_id, who, ignored, public)
+    except orjson.JSONEncodeError:  # nested deeper than a key can be written
+        return Bypass("too_deep", writes(rule, message))
     session_id = headers.get(SESSION_HEADER)
     session = session_scope(server, session_id) if session_id and not public else ""
     public_key = ""

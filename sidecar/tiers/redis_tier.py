@@ -86,6 +86,7 @@ class RedisTier:
         self._in_flight = 0
         self._breaker = Breaker(settings.retry_after, on_change=self._breaker_changed)
         self._pending: set[asyncio.Future[object]] = set()
+        self._forgetting: set[asyncio.Future[None]] = set()
         self.keys = KeyLayout(settings.namespace)
         self.removals = Removals(self._run, self._client, self.keys, settings.retry_after)
 
@@ -156,12 +157,15 @@ class RedisTier:
         return 0 if isinstance(removed, Failed) else removed
 
     def forget(self, app_id: str, server: str, key: str) -> None:
-        """Remove one entry known out of date, in the background: now, and again once
-        any write of it already on its way (from any replica: each is bounded by the
-        timeout) has landed. When too many writes are pending, the server's entries go
-        instead (fenced), so that the old answer is never kept."""
-        if not self._spawn(partial(self._forget, app_id, server, key)):
-            self.forget_server(app_id, server)
+        """Remove one entry known out of date, best effort: now, and again once a write
+        of it already on its way (bounded by the timeout) has landed. One lost to Redis
+        trouble, or overtaken by a later write of the old answer, stays until its TTL,
+        as any entry may; at most `MAX_PENDING_WRITES` removals run at a time, apart
+        from the writes."""
+        if len(self._forgetting) < MAX_PENDING_WRITES:
+            task = asyncio.ensure_future(self._forget(app_id, server, key))
+            self._forgetting.add(task)
+            task.add_done_callback(self._forgetting.discard)
 
     async def _forget(self, app_id: str, server: str, key: str) -> None:
         await self.delete(app_id, server, [key])
@@ -195,6 +199,9 @@ class RedisTier:
         """Give writes in flight one timeout to finish, then close the pool (removals
         still owed are given up: nothing reads this replica's tier any more)."""
         await self.removals.aclose()
+        for forgetting in self._forgetting:
+            forgetting.cancel()
+        await asyncio.gather(*self._forgetting, return_exceptions=True)
         pending = set(self._pending)
         if pending:
             _, late = await asyncio.wait(pending, timeout=self.settings.timeout)

@@ -8,8 +8,11 @@ from typing import Any
 import orjson
 import pytest
 
+from mcpcache.sidecar.config import ToolRule
 from mcpcache.sidecar.rules.ambiguity import Ambiguous, folded_collision, upstream_body
+from mcpcache.sidecar.rules.arguments import argument_digests, removals
 from mcpcache.sidecar.rules.messages import MalformedMessage, parse_message
+from mcpcache.sidecar.rules.numbers import has_inexact_number
 
 
 @pytest.mark.parametrize(
@@ -72,3 +75,26 @@ def test_members_json_rpc_does_not_define_are_refused(extra: str) -> None:
     with pytest.raises(MalformedMessage, match="is not a JSON-RPC member") as refused:
         parse_message(raw)
     assert refused.value.code == -32600
+
+
+@pytest.mark.parametrize("number", [b"1e-9999999999999999999", b"0e9999999999999999999"])
+def test_an_exponent_too_large_to_read_exactly_is_inexact_and_goes_as_written(
+    number: bytes,
+) -> None:
+    raw = b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"n":' + number + b"}}"
+    assert has_inexact_number(raw)
+    message = parse_message(raw)
+    assert upstream_body(message.body, message.raw) == raw
+
+
+def test_a_value_too_deep_to_digest_makes_a_write_remove_every_entry_of_its_tool() -> None:
+    rule = ToolRule.model_validate(
+        {"name": "update", "invalidates": [{"tool": "get", "match": ["doc"]}]}
+    )
+    deep: Any = []
+    for _ in range(300):
+        deep = [deep]
+    assert argument_digests(("doc",), {"doc": deep}) == (("doc", ""),)
+    assert removals(rule, {"doc": deep}) == ("get",)
+    (matched,) = removals(rule, {"doc": "a"})
+    assert matched != "get"

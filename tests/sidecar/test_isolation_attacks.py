@@ -9,6 +9,7 @@ import gc
 import json
 import socket
 import tracemalloc
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -27,7 +28,7 @@ from peers.clients import (
     unique,
 )
 from peers.echo import who_answered
-from peers.serving import async_wait_until
+from peers.serving import ServedApp, async_wait_until
 from peers.sidecar import RunningSidecar, one_server
 
 
@@ -549,6 +550,47 @@ async def test_a_request_an_upstream_may_read_otherwise_is_refused_before_it_goe
     assert sidecar.sample("mcpcache_cache_entries") == 0
 
 
+def first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for name, value in pairs:
+        found.setdefault(name, value)
+    return found
+
+
+class FirstWinsRecorder:
+    """A raw upstream that keeps every body as received and reads it keeping the first
+    of two names, as some parsers do; it answers with the arguments it read."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        self.bodies.append(body)
+        request = json.loads(body, object_pairs_hook=first_wins)
+        params = request.get("params", {})
+        said = json.dumps({"name": params.get("name"), "arguments": params.get("arguments")})
+        result = {"content": [{"type": "text", "text": said}]}
+        payload = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": result})
+        sent = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 200, "headers": sent})
+        await send({"type": "http.response.body", "body": payload.encode()})
+
+
+@pytest.fixture
+def first_wins_upstream() -> Iterator[tuple[FirstWinsRecorder, ServedApp]]:
+    peer = FirstWinsRecorder()
+    app = ServedApp(peer, "off").start()
+    yield peer, app
+    app.stop()
+
+
 @pytest.mark.parametrize(
     "params",
     [
@@ -556,17 +598,57 @@ async def test_a_request_an_upstream_may_read_otherwise_is_refused_before_it_goe
         '{"name":"read_my_mail","name":"t","arguments":{"q":"x"}}',
     ],
 )
-async def test_a_name_given_twice_reaches_the_upstream_once_with_the_value_the_key_read(
-    make_sidecar, echo_upstream, params: str
+async def test_a_name_given_twice_reaches_a_first_wins_upstream_once_as_the_key_read_it(
+    make_sidecar, first_wins_upstream, params: str
 ) -> None:
-    # orjson keeps the last of two names and another parser may keep the first: the
-    # upstream gets the message as the sidecar read it, never the client's bytes.
-    _, app = echo_upstream
-    sidecar = make_sidecar(one_server(app.base_url + "/mcp", name="echo"))
+    # orjson keeps the last of two names and this upstream the first: the upstream gets
+    # the message as the sidecar read it, never the client's bytes.
+    peer, app = first_wins_upstream
+    public = [{"name": "t", "scope": "public", "enabled": True}]
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", name="echo", tools=public))
     raw = '{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":' + params + "}"
     async with http_client(timeout=10) as http:
         response = await http.post(sidecar.url("echo"), content=raw, headers=call_headers("t"))
     assert response.status_code == 200, response.text
-    assert who_answered(response.json())["arguments"] == {"q": "x"}
-    assert b"secret" not in response.content
-    assert b"read_my_mail" not in response.content
+    said = json.loads(response.json()["result"]["content"][0]["text"])
+    assert said == {"name": "t", "arguments": {"q": "x"}}
+    assert b"secret" not in peer.bodies[-1]
+    assert b"read_my_mail" not in peer.bodies[-1]
+
+
+@pytest.mark.parametrize(("method", "depth"), [("ping", 260), ("ping", 600), ("tools/call", 600)])
+async def test_bodies_nested_deeper_than_orjson_writes_go_as_written(
+    make_sidecar, echo_upstream, method: str, depth: int
+) -> None:
+    # orjson reads 1024 levels but writes 254: such a body goes upstream as written,
+    # once an exact reading finds no name given twice.
+    _, app = echo_upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", name="echo"))
+    nested = '{"a":' + "[" * depth + "]" * depth + "}"
+    raw = (
+        '{"jsonrpc":"2.0","id":"p","method":"' + method + '","params":'
+        '{"name":"t","arguments":' + nested + "}}"
+    )
+    headers = call_headers("t", method)
+    async with httpx.AsyncClient(timeout=10) as http:
+        response = await http.post(sidecar.url("echo"), content=raw, headers=headers)
+    assert response.status_code == 200, response.text
+    if method == "tools/call":
+        assert response.headers["cache-status"] == "mcpcache; fwd=request; detail=too-deep"
+
+
+async def test_nesting_too_deep_to_read_exactly_is_a_clear_refusal(
+    make_sidecar, echo_upstream
+) -> None:
+    peer, app = echo_upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", name="echo"))
+    nested = '{"a":' + "[" * 1000 + "12345678901234567" + "]" * 1000 + "}"
+    raw = '{"jsonrpc":"2.0","id":"p","method":"tools/call","params":{"name":"t","arguments":'
+    calls = peer.calls
+    async with httpx.AsyncClient(timeout=10) as http:
+        response = await http.post(
+            sidecar.url("echo"), content=raw + nested + "}}", headers=call_headers("t")
+        )
+    assert response.status_code == 400, response.text
+    assert "nested too deeply" in response.json()["error"]["message"]
+    assert peer.calls == calls

@@ -630,7 +630,7 @@ async def test_bodies_nested_deeper_than_orjson_writes_go_as_written(
         '{"name":"t","arguments":' + nested + "}}"
     )
     headers = call_headers("t", method)
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with http_client(timeout=10) as http:
         response = await http.post(sidecar.url("echo"), content=raw, headers=headers)
     assert response.status_code == 200, response.text
     if method == "tools/call":
@@ -645,7 +645,7 @@ async def test_nesting_too_deep_to_read_exactly_is_a_clear_refusal(
     nested = '{"a":' + "[" * 1000 + "12345678901234567" + "]" * 1000 + "}"
     raw = '{"jsonrpc":"2.0","id":"p","method":"tools/call","params":{"name":"t","arguments":'
     calls = peer.calls
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with http_client(timeout=10) as http:
         response = await http.post(
             sidecar.url("echo"), content=raw + nested + "}}", headers=call_headers("t")
         )

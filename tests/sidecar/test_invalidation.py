@@ -233,3 +233,14 @@ def test_defaults_fill_a_call_sent_without_arguments() -> None:
         "name": "t",
         "arguments": {"limit": 10},
     }
+
+
+def test_a_write_with_a_value_too_deep_to_digest_removes_every_entry_of_the_tool() -> None:
+    deep: object = 1
+    for _ in range(300):
+        deep = [deep]
+    rule = ToolRule.model_validate(
+        {"name": "edit", "invalidates": [{"tool": "list_*", "match": ["q"]}]}
+    )
+    assert argument_digests(("q",), {"q": deep}) == (("q", ""),)
+    assert arguments.removals(rule, {"q": deep}) == ("list_*",)

@@ -425,6 +425,77 @@ def test_a_public_key_names_which_credentials_were_sent_never_their_values() -> 
     assert key({"authorization": "a", "cookie": "c"}) == key({"cookie": "d", "authorization": "b"})
 
 
+def test_the_public_side_of_a_lookup_is_the_entry_for_every_caller() -> None:
+    s = server(trustPublicHints=True)
+    headers = {"authorization": "alice", "mcp-session-id": "1"}
+    lookup = plan(s, read("doc://a"), headers)
+    assert isinstance(lookup, policy.Lookup)
+    assert lookup.public_key not in ("", lookup.key)
+    assert lookup.session != ""
+    public = policy.public_side(lookup)
+    assert (public.key, public.session, public.public_key) == (lookup.public_key, "", "")
+    assert public.scope == lookup.scope._replace(public=True)
+    assert (public.ttl, public.keyed, public.learner) == (lookup.ttl, lookup.keyed, None)
+
+
+def test_a_request_too_deep_for_a_key_goes_upstream_uncached_with_its_writes() -> None:
+    deep: Any = []
+    for _ in range(300):
+        deep = [deep]
+    rules = [{"name": "update", "invalidates": ["search"]}, {"name": "search", "enabled": True}]
+    s = server(tools=rules)
+    read_plan = plan(s, call("search", {"q": deep}), {})
+    write_plan = plan(s, call("update", {"q": deep}), {})
+    assert read_plan == policy.Bypass("too_deep")
+    assert isinstance(write_plan, policy.Bypass)
+    assert write_plan.invalidates == ("search",)
+
+
+def test_params_by_position_are_their_own_bypass() -> None:
+    message = Message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": ["x"]})
+    assert plan(server(), message, {}) == policy.Bypass("positional_params")
+
+
+def test_the_key_for_every_caller_names_the_server_the_method_the_app_and_the_arguments() -> None:
+    def public_key(s: Server, message: Message, app: str = "app") -> str:
+        headers = {**PROTOCOL, "authorization": "alice"}
+        lookup = policy.plan(s, message, headers, list(headers.items()), app)
+        assert isinstance(lookup, policy.Lookup)
+        assert lookup.public_key
+        return lookup.public_key
+
+    s = server(trustPublicHints=True)
+    other = Server.model_validate(
+        {"name": "t", "url": "http://u/mcp", "cache": {"enabled": True, "trustPublicHints": True}}
+    )
+    base = public_key(s, read("doc://a"))
+    assert base != public_key(other, read("doc://a"))
+    assert base != public_key(s, read("doc://a"), "other-app")
+    assert base != public_key(s, read("doc://b"))
+    listing = Message({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    listed = server(trustPublicHints=True, metadataTTL="5m")
+    assert public_key(listed, listing) != public_key(
+        listed, Message({"jsonrpc": "2.0", "id": 1, "method": "prompts/list", "params": {}})
+    )
+
+
+def test_a_call_on_a_server_without_rules_is_filed_under_its_tool() -> None:
+    lookup = plan(server(), call("search", {"q": "x"}), {})
+    assert isinstance(lookup, policy.Lookup)
+    assert lookup.scope == Scope("s", tool="search")
+
+
+def test_a_cached_listing_names_its_caller_only_where_listings_teach() -> None:
+    listing = Message({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    learning = plan(server(metadataTTL="5m", fillSchemaDefaults=True), listing, {})
+    quiet = plan(server(metadataTTL="5m"), listing, {})
+    assert isinstance(learning, policy.Lookup)
+    assert isinstance(quiet, policy.Lookup)
+    assert learning.learner is not None
+    assert learning.learner == plan(server(fillSchemaDefaults=True), listing, {}).learner
+    assert quiet.learner is None
+
+
 def nested(levels: int, around: Any) -> Any:
     """`around` inside `levels` one-member objects (lists, when `around` is a list)."""
     for _ in range(levels):

@@ -16,6 +16,8 @@ import json
 import threading
 from typing import Any
 
+from .asgi import read_body
+
 IDENTITY = (
     "authorization",
     "proxy-authorization",
@@ -44,12 +46,7 @@ class EchoUpstream:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await read_body(receive)
         headers: dict[str, str] = {}
         for key, value in scope["headers"]:
             name, text = key.decode("latin-1"), value.decode("latin-1")

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from peers.asgi import read_body, send_json
 from peers.clients import (
     LEGACY,
     as_upstream_said,
@@ -567,20 +568,13 @@ class FirstWinsRecorder:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await read_body(receive)
         self.bodies.append(body)
         request = json.loads(body, object_pairs_hook=first_wins)
         params = request.get("params", {})
         said = json.dumps({"name": params.get("name"), "arguments": params.get("arguments")})
         result = {"content": [{"type": "text", "text": said}]}
-        payload = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": result})
-        sent = [(b"content-type", b"application/json")]
-        await send({"type": "http.response.start", "status": 200, "headers": sent})
-        await send({"type": "http.response.body", "body": payload.encode()})
+        await send_json(send, {"jsonrpc": "2.0", "id": request.get("id"), "result": result})
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from peers.asgi import read_body, send_json
 from peers.clients import ask, call_body, call_headers, post
 from peers.serving import ServedApp, async_wait_until
 from peers.sidecar import one_server
@@ -26,11 +27,7 @@ class Lister:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await read_body(receive)
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         request = json.loads(body)
         if request["method"] == "tools/list":
@@ -38,10 +35,7 @@ class Lister:
         else:
             self.calls += 1
             result = {"content": [{"type": "text", "text": f"call #{self.calls}"}]}
-        payload = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result})
-        sent = [(b"content-type", b"application/json")]
-        await send({"type": "http.response.start", "status": 200, "headers": sent})
-        await send({"type": "http.response.body", "body": payload.encode()})
+        await send_json(send, {"jsonrpc": "2.0", "id": request["id"], "result": result})
 
 
 @pytest.fixture

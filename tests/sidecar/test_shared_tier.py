@@ -606,14 +606,23 @@ async def test_a_public_entry_too_large_for_a_replicas_memory_is_still_answered_
     assert small.sample("mcpcache_cache_entries") == 0, "served, not kept"
 
 
-async def test_an_answer_a_revalidation_found_out_of_date_is_not_copied_back_from_the_tier(
-    make_sidecar, redis_server, own_upstream
-) -> None:
-    _, app = own_upstream
+def rechecking_replicas(
+    app: ServedApp, redis_server: RedisServer
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two configs of one app on the shared tier: a plain replica's, and one that
+    rechecks every hit (`revalidateSample: 1`)."""
     plain = shared_config(app, redis_server.url)
     plain["servers"][0]["cache"]["ttl"] = "60s"
     checking = json.loads(json.dumps(plain))
     checking["servers"][0]["cache"]["revalidateSample"] = 1
+    return plain, checking
+
+
+async def test_an_answer_a_revalidation_found_out_of_date_is_not_copied_back_from_the_tier(
+    make_sidecar, redis_server, own_upstream
+) -> None:
+    _, app = own_upstream
+    plain, checking = rechecking_replicas(app, redis_server)
     first, checker = make_sidecar(plain), make_sidecar(checking)
     arguments = {"text": unique()}
     _, _, old = await call(first, "echo", arguments)  # "<text> #1", in memory and Redis
@@ -639,10 +648,7 @@ async def test_a_callers_rechecks_that_find_changes_leave_other_entries_in_the_t
     make_sidecar, redis_server, own_upstream
 ) -> None:
     peer, app = own_upstream
-    plain = shared_config(app, redis_server.url)
-    plain["servers"][0]["cache"]["ttl"] = "60s"
-    checking = json.loads(json.dumps(plain))
-    checking["servers"][0]["cache"]["revalidateSample"] = 1
+    plain, checking = rechecking_replicas(app, redis_server)
     first, checker = make_sidecar(plain), make_sidecar(checking)
     alice_args = {"text": unique()}  # a stable tool's answer, shared through the tier
     await call(first, "stable", alice_args, authorization="Bearer alice")

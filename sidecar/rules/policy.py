@@ -234,8 +234,10 @@ def plan(
     ignored = rule.ignore_arguments if rule is not None else ()
     try:
         key = cache_key(server.name, method, params, app_id, who, ignored, public)
-    except orjson.JSONEncodeError:  # nested deeper than a key can be written
-        return Bypass("too_deep", writes(rule, message))
+    except orjson.JSONEncodeError:
+        # Nested deeper than a key can be written. (A write never gets here: its rule
+        # made it a `tool_rule` bypass.)
+        return Bypass("too_deep")
     session_id = headers.get(SESSION_HEADER)
     session = session_scope(server, session_id) if session_id and not public else ""
     public_key = ""

@@ -266,7 +266,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # An added command (unless the sidecar has one of that name: its own have `run`).
     first = arguments[0] if arguments else ""
     if first in added and not hasattr(parser.parse_known_args([first])[0], "run"):
-        code: int = added[first].load()(arguments[1:])
+        try:
+            command = added[first].load()
+        except ImportError as exc:  # installed without what it needs (`.[operator]`)
+            print(f"`mcpcache {first}` is not available here: {exc}", file=sys.stderr)
+            return 2
+        code: int = command(arguments[1:])
         return code
     args = parser.parse_args(arguments)
     code = args.run(args)

@@ -48,10 +48,6 @@ class CacheableRequest:
     """The server's generation in the shared tier when it was looked up there (None: not
     looked up, or unknown): its answer is written there under it, or not at all."""
 
-    @property
-    def key(self) -> str:
-        return self.lookup.key
-
 
 @dataclass(frozen=True, slots=True)
 class Storage:
@@ -168,7 +164,7 @@ class Fetch:
         if current and isinstance(result, dict) and result.get("isError") is not True:
             digest = answer_digest(result)
             label, now = scope_label(request.lookup.scope), storage.cache.timer()
-            storage.observations.saw(server.name, label, request.key, digest, now)
+            storage.observations.saw(server.name, label, request.lookup.key, digest, now)
         rewrite = final is not None and freshness.overrides(server, request.message.method, final)
         if rewrite and final is not None:
             scope = cache_scope(final["result"])
@@ -214,6 +210,7 @@ class Fetch:
                 verdict.ttl_at,
                 scope=filed.scope,
                 layout=verdict.layout,
+                age_note=server.cache.age_note,
             )
             if stored is None:
                 verdict = Verdict("over_budget")

@@ -192,7 +192,7 @@ class Proxy:
         """A cacheable request the cache cannot answer fresh: answer from a stale entry
         while it is fetched again, wait for an identical request already upstream, or
         go upstream."""
-        key, server = request.key, request.server
+        key, server = request.lookup.key, request.server
         now = self.cache.timer()
         stale = self.cache.get_stale(key)
         if stale is not None and answers.stale_while_revalidating(server, stale.expires_at, now):
@@ -218,7 +218,7 @@ class Proxy:
         """Go upstream in a flight of this request's own, reading its bytes as they come."""
         server, method = request.server, request.method
         flight = self.coalescer.start(
-            request.key,
+            request.lookup.key,
             self._fetch(request),
             leader=True,
             joinable=joinable,
@@ -287,7 +287,7 @@ class Proxy:
         return Fetch(self.exchanges, self.storage, request, self.via).run
 
     def _stale_on_error(self, request: CacheableRequest) -> Entry | None:
-        entry = self.cache.get_stale(request.key)
+        entry = self.cache.get_stale(request.lookup.key)
         if entry is None:
             return None
         if not answers.stale_on_error(request.server, entry.expires_at, self.cache.timer()):

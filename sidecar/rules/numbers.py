@@ -28,6 +28,12 @@ _LONG_EXPONENT: Final = re.compile(rb"e-?000")
 
 Both are searched in the translated bytes as patterns that begin with a literal, which
 the regular-expression engine finds many times faster than a character class."""
+_NUMBER_START: Final = rb"(?:\A|[\[:,])[ \t\n\r]*-?[0-9]"
+"""Where a JSON number begins: at the start, or after `[`, `:` or `,` and whitespace."""
+_SUSPECT_NUMBER: Final = re.compile(_NUMBER_START + rb"(?:[0-9.]{15}|[0-9.]*[eE][-+]?[0-9]{3})")
+"""The same two shapes, as numbers rather than anywhere: the translated bytes also match
+inside strings (`"3e100"`, a hash, a date), which are common in arguments and ids. Only
+a body with such a number is read again, exactly."""
 _INT64_MIN, _UINT64_END = -(1 << 63), 1 << 64
 
 
@@ -38,10 +44,13 @@ def has_inexact_number(raw: bytes) -> bool:
     `0.1`, `18446744073709551617` as a double and `1e-400` as `0.0`, so two different
     requests would look the same. Such requests are never looked up. The exact re-read
     with `Decimal` only runs when a long run of digits or a long exponent is present at
-    all; looking for them is a byte translation and two searches.
+    all as a number; looking for them is a byte translation and two searches, and only
+    when either finds something, a search for it where a number begins.
     """
     shapes = raw.translate(_NUMBER_SHAPES)
     if _LONG_RUN.search(shapes) is None and _LONG_EXPONENT.search(shapes) is None:
+        return False
+    if _SUSPECT_NUMBER.search(raw) is None:
         return False
     inexact = False
 

@@ -267,6 +267,14 @@ def test_a_complete_success_is_stored_as_its_result_bytes(
         (b'{"s": "one e400 two"}', False),
         (b'{"s": "12345678901234567890123"}', False),
         (b'{"n": 12345678901234567890123', True),
+        (b'{"id": "3e100", "key": "9f2e1004be7a4c1d8e0000000000000011"}', False),
+        (b'{"s": ":1e400", "t": "[12345678901234567890"}', False),
+        (b'{"a": [1, 1e400]}', True),
+        (b'{"a": [\n\t1E+400]}', True),
+        (b'{"a":[-12345678901234567890]}', True),
+        (b'{"a":\r\n 0.10000000000000000555}', True),
+        (b"1e400", True),
+        (b" \n123456789012345678901", True),
     ],
 )
 def test_numbers_a_parsed_message_cannot_hold_exactly(raw: bytes, inexact: bool) -> None:

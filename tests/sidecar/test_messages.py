@@ -275,6 +275,8 @@ def test_a_complete_success_is_stored_as_its_result_bytes(
         (b'{"a":\r\n 0.10000000000000000555}', True),
         (b"1e400", True),
         (b" \n123456789012345678901", True),
+        (b'{"pad": "' + b"x" * 70_000 + b'", "id": "3e100"}', False),
+        (b'{"pad": "' + b"x" * 70_000 + b'", "n": 1e400}', True),
     ],
 )
 def test_numbers_a_parsed_message_cannot_hold_exactly(raw: bytes, inexact: bool) -> None:
@@ -306,4 +308,5 @@ def test_a_stored_result_is_framed_under_the_callers_id() -> None:
 def test_number_shapes_make_digits_and_dots_0_exponents_e_and_signs_minus() -> None:
     table = _number_shapes()
     assert len(table) == 256
-    assert b"-12.5E+300 eX,x".translate(table) == b"-0000e-000 eX,x"
+    assert b"-12.5E+300 eX,x".translate(table) == b"-0000e-000 eX:x"
+    assert b'[\t{"a":\r\n1}]'.translate(table) == b': {"a":  0}]'

@@ -184,9 +184,11 @@ class Fetch:
         # their share, so it is not built.
         flight = self._flight
         assert capture is not None
-        public = request.lookup.scope.public
-        share = _outcome(self._status, capture, verdict, public, self.result)
-        flight.settle(share if flight.followers else ALONE)
+        if flight.followers:
+            public = request.lookup.scope.public
+            flight.settle(_outcome(self._status, capture, verdict, public, self.result))
+        else:
+            flight.settle(ALONE)
         return verdict
 
     def _store(self, verdict: Verdict, event_stream: bool, ttl: float) -> Verdict:

@@ -66,7 +66,6 @@ def extra_keyed_headers(server: Server, keyed: frozenset[str]) -> frozenset[str]
 
 
 def identity(
-    server: Server,
     headers: Mapping[str, str],
     keyed: frozenset[str],
     raw_headers: Sequence[tuple[str, str]] = (),
@@ -102,7 +101,7 @@ def anyone_identity(
     `identity`, and which identity headers are present, never their values. A caller
     sending no credential never meets an entry fetched with one, nor the reverse: an
     upstream that refuses anonymous callers is never bypassed through a shared entry."""
-    material = identity(server, headers, keyed, raw_headers)
+    material = identity(headers, keyed, raw_headers)
     present = [name for name in server.cache.identity_headers if name in headers]
     material["credentials"] = ",".join(present)
     return material
@@ -144,7 +143,7 @@ def caller_of(
             raise RequestRefused(problem)
         hidden = frozenset(connection_named(raw_headers))
     keyed = keyed_headers(server, headers, hidden)
-    return Caller(keyed, identity(server, headers, keyed, raw_headers))
+    return Caller(keyed, identity(headers, keyed, raw_headers))
 
 
 def unambiguous_caller(

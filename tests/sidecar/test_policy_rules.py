@@ -58,7 +58,7 @@ def test_the_key_is_made_of_server_method_params_caller_and_identity() -> None:
         {*server().cache.identity_headers, "mcp-session-id", "mcp-protocol-version", "user-agent"}
     )
     assert plan(message, {}).session == ""
-    assert policy.identity(server(), {}, decided.keyed) == {}
+    assert policy.identity({}, decided.keyed) == {}
 
 
 def test_the_server_and_the_method_split_the_key() -> None:
@@ -246,7 +246,7 @@ def test_a_keyed_header_sent_twice_is_keyed_on_both_copies_in_order() -> None:
     headers = {"authorization": "first, second", "x-request-id": "1, 2"}
     on = server(ignoreHeaders=["x-request-id"])
     keyed = callers.keyed_headers(on, headers)
-    material = callers.identity(on, headers, keyed, raw)
+    material = callers.identity(headers, keyed, raw)
     assert material == {"header:authorization": secret_digest("first\nsecond")}
 
 

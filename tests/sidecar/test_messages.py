@@ -17,6 +17,7 @@ from mcpcache.sidecar.rules.messages import (
     MalformedMessage,
     Message,
     Verdict,
+    cache_scope,
     decode_header_value,
     frame_event,
     frame_response,
@@ -31,6 +32,46 @@ from mcpcache.sidecar.rules.numbers import _number_shapes, has_inexact_number
 
 def encoded(body: Any) -> bytes:
     return orjson.dumps(body)
+
+
+def test_a_message_built_without_its_bytes_has_none() -> None:
+    assert Message({"jsonrpc": "2.0", "method": "ping"}).raw == b""
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"Method": "tools/list"}, "'Method' is not a JSON-RPC member"),
+        ({"zz": 1, "Aa": 2}, "'Aa' is not a JSON-RPC member"),
+        ({"m" * 100: 1}, f"{'m' * 64!r} is not a JSON-RPC member"),
+    ],
+)
+def test_a_member_json_rpc_does_not_define_is_named_in_the_refusal(
+    extra: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(MalformedMessage) as refused:
+        parse_message(encoded({"jsonrpc": "2.0", "id": 1, "method": "ping", **extra}))
+    assert (refused.value.code, str(refused.value)) == (INVALID_REQUEST, named)
+
+
+@pytest.mark.parametrize(
+    ("result", "scope"),
+    [
+        ({"cacheScope": "public"}, "public"),
+        ({"cacheScope": "private"}, "private"),
+        ({"cacheScope": "shared"}, None),
+        ({"cacheScope": 1}, None),
+        ({"CacheScope": "public"}, None),
+        ({}, None),
+    ],
+)
+def test_a_results_own_cache_scope_counts_only_as_the_protocol_spells_it(
+    result: dict[str, Any], scope: str | None
+) -> None:
+    assert cache_scope(result) == scope
+    verdict = judge_response({"jsonrpc": "2.0", "id": 1, "result": {"content": [], **result}})
+    assert (verdict.reason, verdict.scope) == (None, scope)
+    assert verdict.layout is not None  # a hit writes into the stored bytes without parsing
 
 
 def test_a_request_is_read_once_into_its_fields() -> None:

@@ -33,6 +33,22 @@ which ends without its answer can still be noticed."""
 
 
 _DISPATCHED = (b"", b"message")
+WRITE_DEPTH: Final = 255
+"""The deepest nesting orjson writes (it reads four times deeper): an answer nested
+deeper can be relayed as it came, but neither stored, nor framed for another request,
+nor digested, all of which write it again."""
+
+
+def too_deep_to_write(message: dict[str, Any], raw: bytes) -> bool:
+    """Whether orjson cannot write `message` (parsed from `raw`) again. Counting the
+    brackets is enough for nearly every answer; only one with as many is written."""
+    if raw.count(b"[") + raw.count(b"{") <= WRITE_DEPTH:
+        return False
+    try:
+        orjson.dumps(message)
+    except orjson.JSONEncodeError:
+        return True
+    return False
 
 
 class ResponseCapture:
@@ -163,7 +179,8 @@ class ResponseCapture:
 
     def _judge_final(self, message: dict[str, Any], raw: bytes) -> None:
         self.final_seen = True
-        if len(raw) <= self.max_size:
+        deep = too_deep_to_write(message, raw)
+        if len(raw) <= self.max_size and not deep:
             self.final = message
             self.final_raw = raw
         if self.verdict is not None:
@@ -172,6 +189,8 @@ class ResponseCapture:
             self._decide("server_request")
         elif self.too_large:
             self._decide("too_large")
+        elif deep:
+            self._decide("too_deep")
         elif has_inexact_number(raw):
             self._decide("inexact_number")  # a hit would not repeat its numbers exactly
         else:

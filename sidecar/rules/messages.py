@@ -75,6 +75,7 @@ NotStoredReason = Literal[
     "id_reused",
     "server_request",
     "too_large",
+    "too_deep",
     "no_store",
     "ttl_zero",
     "upstream_status",

@@ -3,13 +3,21 @@ and the verdict it reaches, for JSON bodies and event streams, chunk by chunk.""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
 import pytest
 
-from mcpcache.sidecar.rules.capture import MIN_EVENT_BOUND, ResponseCapture
+from mcpcache.sidecar.rules.capture import (
+    MIN_EVENT_BOUND,
+    WRITE_DEPTH,
+    ResponseCapture,
+    too_deep_to_write,
+)
 from mcpcache.sidecar.rules.messages import Verdict
+from mcpcache.sidecar.rules.notices import Notice
+from mcpcache.sidecar.upstream.client import UpstreamFailure
 
 
 def answer(request_id: Any = 1, **result: Any) -> bytes:
@@ -143,3 +151,58 @@ def test_an_event_too_large_to_read_may_have_been_the_answer() -> None:
     small = fed(ResponseCapture(1, True, 0), event(answer(1, v=1)))
     assert small.final_seen, "events up to the minimum bound are read even when nothing is kept"
     assert small.finish() == Verdict("too_large")
+
+
+def nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("message", "deep"),
+    [
+        ({"result": nested(WRITE_DEPTH - 1)}, False),  # the message's own object is a level
+        ({"result": nested(WRITE_DEPTH)}, True),
+        ({"result": {"text": "[" * 1000}}, False),  # brackets in a string nest nothing
+        ({"result": [nested(2)] * 200}, False),  # many brackets, none deep
+    ],
+)
+def test_an_answer_orjson_cannot_write_again_is_too_deep(
+    message: dict[str, Any], deep: bool
+) -> None:
+    raw = json.dumps(message, separators=(",", ":")).encode()  # the standard library's, any depth
+    assert too_deep_to_write(orjson.loads(raw), raw) is deep
+
+
+def test_an_answer_too_deep_to_write_again_is_judged_but_not_kept() -> None:
+    message = {"jsonrpc": "2.0", "id": 1, "result": {"content": [], "d": nested(300)}}
+    raw = json.dumps(message).encode()
+    capture = fed(ResponseCapture(1, False, 1 << 20), raw)
+    assert capture.finish() == Verdict("too_deep")
+    assert (capture.final_seen, capture.final) == (True, None), "followers forward on their own"
+
+
+def test_the_final_answer_is_kept_with_its_bytes_and_notices_before_it_are_collected() -> None:
+    changed = b'{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}'
+    updated = b'{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"a"}}'
+    final = answer(1, content=[])
+    capture = fed(ResponseCapture(1, True, 1 << 20), event(changed), event(updated), event(final))
+    assert capture.finish() == Verdict(None, b'{"content":[]}', scope=None)
+    assert (capture.final, capture.final_raw) == (orjson.loads(final), final)
+    assert capture.notices == [Notice("tools"), Notice("resource", "a")]
+
+
+def test_a_body_that_broke_off_keeps_how_it_broke() -> None:
+    failure = UpstreamFailure("broken", ConnectionResetError())
+    capture = ResponseCapture(1, False, 1 << 20)
+    assert capture.fail(failure) == Verdict("incomplete")
+    assert capture.failure is failure
+
+
+def test_an_answer_of_exactly_max_size_is_kept_for_followers() -> None:
+    final = answer(1, content=[])
+    capture = fed(ResponseCapture(1, False, len(final)), final)
+    assert capture.finish().reason is None
+    assert capture.final == orjson.loads(final)

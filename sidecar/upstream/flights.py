@@ -268,11 +268,15 @@ class Coalescer:
 
     @staticmethod
     async def _run(flight: Flight, fetch: Callable[[Flight], Awaitable[None]]) -> None:
+        finished = False
         try:
             await fetch(flight)
+            finished = True
         except asyncio.CancelledError:
             pass
         except Exception:
             logger.exception("upstream fetch failed")
         finally:
+            if not finished:  # cut short: what the leader got so far must not look whole
+                flight.break_off()
             flight.end()

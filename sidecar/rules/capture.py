@@ -33,19 +33,21 @@ which ends without its answer can still be noticed."""
 
 
 _DISPATCHED = (b"", b"message")
-WRITE_DEPTH: Final = 255
-"""The deepest nesting orjson writes (it reads four times deeper): an answer nested
-deeper can be relayed as it came, but neither stored, nor framed for another request,
-nor digested, all of which write it again."""
+WRITE_DEPTH: Final = 254
+"""The deepest nesting orjson writes (it reads four times deeper). An answer whose
+`result` or `error` is nested deeper reaches its client as it came, but it can be neither
+stored, nor framed for another request, nor digested, nor learned from: each writes it."""
 
 
 def too_deep_to_write(message: dict[str, Any], raw: bytes) -> bool:
-    """Whether orjson cannot write `message` (parsed from `raw`) again. Counting the
-    brackets is enough for nearly every answer; only one with as many is written."""
-    if raw.count(b"[") + raw.count(b"{") <= WRITE_DEPTH:
+    """Whether orjson cannot write the `result` or `error` of `message` (parsed from
+    `raw`) again. Both sit a level inside the message, so an answer with no more brackets
+    than `WRITE_DEPTH + 1` never is; only one with more is written to find out."""
+    if raw.count(b"[") + raw.count(b"{") <= WRITE_DEPTH + 1:
         return False
     try:
-        orjson.dumps(message)
+        orjson.dumps(message.get("result"))
+        orjson.dumps(message.get("error"))
     except orjson.JSONEncodeError:
         return True
     return False
@@ -179,19 +181,24 @@ class ResponseCapture:
 
     def _judge_final(self, message: dict[str, Any], raw: bytes) -> None:
         self.final_seen = True
-        deep = too_deep_to_write(message, raw)
-        if len(raw) <= self.max_size and not deep:
+        if len(raw) <= self.max_size:
             self.final = message
             self.final_raw = raw
-        if self.verdict is not None:
-            return  # refused before the body: followed, never kept
-        if self._server_request:
-            self._decide("server_request")
-        elif self.too_large:
-            self._decide("too_large")
-        elif deep:
-            self._decide("too_deep")
-        elif has_inexact_number(raw):
-            self._decide("inexact_number")  # a hit would not repeat its numbers exactly
-        else:
-            self.verdict = judge_response(message)
+        if self.verdict is None:  # else refused before the body: followed, never kept
+            if self._server_request:
+                self._decide("server_request")
+            elif self.too_large:
+                self._decide("too_large")
+            elif has_inexact_number(raw):
+                self._decide("inexact_number")  # a hit would not repeat its numbers exactly
+            else:
+                try:
+                    self.verdict = judge_response(message)  # writes what it stores
+                except orjson.JSONEncodeError:
+                    self._decide("too_deep")
+        assert self.verdict is not None
+        kept = self.final is not None
+        if kept and self.verdict.reason is not None and too_deep_to_write(message, raw):
+            # Not stored, it may still be shared, digested or learned from, and each of
+            # those writes it: nobody but the client it streams to may have it.
+            self.final, self.final_raw = None, b""

@@ -163,8 +163,10 @@ def nested(depth: int) -> Any:
 @pytest.mark.parametrize(
     ("message", "deep"),
     [
-        ({"result": nested(WRITE_DEPTH - 1)}, False),  # the message's own object is a level
-        ({"result": nested(WRITE_DEPTH)}, True),
+        ({"result": nested(WRITE_DEPTH)}, False),
+        ({"result": nested(WRITE_DEPTH), "x": {}}, False),  # more brackets, none deeper
+        ({"result": nested(WRITE_DEPTH + 1)}, True),
+        ({"error": {"data": nested(WRITE_DEPTH)}}, True),
         ({"result": {"text": "[" * 1000}}, False),  # brackets in a string nest nothing
         ({"result": [nested(2)] * 200}, False),  # many brackets, none deep
     ],
@@ -181,6 +183,10 @@ def test_an_answer_too_deep_to_write_again_is_judged_but_not_kept() -> None:
     raw = json.dumps(message).encode()
     capture = fed(ResponseCapture(1, False, 1 << 20), raw)
     assert capture.finish() == Verdict("too_deep")
+    assert (capture.final_seen, capture.final) == (True, None), "followers forward on their own"
+    error = json.dumps({"jsonrpc": "2.0", "id": 1, "error": {"code": 1, "data": nested(300)}})
+    capture = fed(ResponseCapture(1, False, 1 << 20), error.encode())
+    assert capture.finish() == Verdict("error"), "what it is, though nobody else may have it"
     assert (capture.final_seen, capture.final) == (True, None), "followers forward on their own"
 
 
@@ -206,3 +212,6 @@ def test_an_answer_of_exactly_max_size_is_kept_for_followers() -> None:
     capture = fed(ResponseCapture(1, False, len(final)), final)
     assert capture.finish().reason is None
     assert capture.final == orjson.loads(final)
+    larger = fed(ResponseCapture(1, False, len(final) - 1), final)
+    assert larger.finish() == Verdict("too_large")
+    assert larger.final is None

@@ -338,3 +338,43 @@ async def test_shutdown_right_after_a_fetch_starts_waits_for_it_quietly() -> Non
         await flights.aclose()
     assert started == []
     assert len(flights) == 0
+
+
+async def leader_reads(one: Flight, received: list[bytes]) -> None:
+    head = await asyncio.wait_for(one.head(), 5)
+    await read_into(one.leader_body(head.prefix), received)
+
+
+async def test_a_fetch_that_raises_midway_ends_the_leaders_body_broken(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def fetch(flight: Flight) -> None:
+        flight.open_head(Head(status=200))
+        await flight.deliver(b"part")
+        raise RuntimeError("bug")
+
+    received: list[bytes] = []
+    with caplog.at_level(logging.CRITICAL, logger="mcpcache.sidecar"):
+        one = Coalescer().start("k", fetch, leader=True, joinable=True)
+        with pytest.raises(BrokenBody):
+            await asyncio.wait_for(leader_reads(one, received), 5)
+    assert received == [b"part"], "what came is passed on, then the body breaks"
+
+
+async def test_a_fetch_cancelled_midway_ends_the_leaders_body_broken() -> None:
+    delivered = asyncio.Event()
+
+    async def fetch(flight: Flight) -> None:
+        flight.open_head(Head(status=200))
+        await flight.deliver(b"part")
+        delivered.set()
+        await asyncio.Event().wait()
+
+    flights, received = Coalescer(), []
+    one = flights.start("k", fetch, leader=True, joinable=True)
+    reader = asyncio.ensure_future(leader_reads(one, received))
+    await asyncio.wait_for(delivered.wait(), 5)
+    await asyncio.wait_for(flights.aclose(), 5)
+    with pytest.raises(BrokenBody):
+        await asyncio.wait_for(reader, 5)
+    assert received == [b"part"]

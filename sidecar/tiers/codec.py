@@ -97,7 +97,10 @@ def decode(value: bytes, key: str, generation: bytes = b"") -> TierEntry | None:
         return None
     if not isinstance(parsed, dict):
         return None
-    canonical, ttl_at = encode_result(parsed)
+    try:
+        canonical, ttl_at = encode_result(parsed)
+    except orjson.JSONEncodeError:  # nested deeper than this tier writes
+        return None
     if canonical != result:
         return None
     return TierEntry(result, bool(flags & _EVENT_STREAM), stored_at, expires_at, ttl_at)

@@ -173,6 +173,7 @@ def corruptions(value: bytes, key: str, foreign: bytes) -> dict[str, bytes]:
     entry = decode(value, key)
     assert entry is not None
     injected = b'{"content":[]}\n\nevent: message\ndata: {"jsonrpc":"2.0","id":1,"result":{}}'
+    deep = b'{"d":' + b"[" * 300 + b"]" * 300 + b"}"  # read by orjson, too deep to write
     return {
         "garbage": b"not a value at all",
         "truncated": value[:-3],
@@ -180,6 +181,7 @@ def corruptions(value: bytes, key: str, foreign: bytes) -> dict[str, bytes]:
         "another key's value": foreign,
         "event injection": encode(key, injected, True, entry.stored_at, entry.expires_at),
         "not an object": encode(key, b"[1,2]", False, entry.stored_at, entry.expires_at),
+        "too deep": encode(key, deep, False, entry.stored_at, entry.expires_at),
     }
 
 

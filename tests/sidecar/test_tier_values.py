@@ -81,8 +81,17 @@ def framed(result: bytes) -> bytes:
         b"[1,2]",
         b'{"content": []}',
         b'{"ttlMs":5,"content":[]}',
+        b'{"d":' + b"[" * 300 + b"]" * 300 + b"}",
     ],
-    ids=["line feed", "carriage return", "not JSON", "not an object", "spaces", "ttl first"],
+    ids=[
+        "line feed",
+        "carriage return",
+        "not JSON",
+        "not an object",
+        "spaces",
+        "ttl first",
+        "too deep to write",
+    ],
 )
 def test_a_result_not_exactly_as_the_memory_tier_encodes_it_is_refused(result: bytes) -> None:
     assert decode(framed(result), KEY, GENERATION) is None

@@ -18,7 +18,7 @@ import pytest
 
 from peers.asgi import read_body
 from peers.clients import call_body, call_headers, http_client, sse_messages, unique
-from peers.serving import ServedApp, async_wait_until
+from peers.serving import ServedApp, async_wait_until, served
 from peers.sidecar import RunningSidecar, one_server
 
 DEPTH = 300
@@ -67,9 +67,8 @@ class DeepAnswers:
 @pytest.fixture
 def deep() -> Iterator[tuple[DeepAnswers, ServedApp]]:
     peer = DeepAnswers()
-    app = ServedApp(peer, "off").start()
-    yield peer, app
-    app.stop()
+    with served(peer, "off") as app:
+        yield peer, app
 
 
 def the_answer(response: httpx.Response) -> dict[str, Any]:

@@ -46,8 +46,9 @@ async def test_suggest_reports_what_repeated_calls_showed_and_applies_nothing(
     await call(sidecar, "stable", stable)  # one miss each, then misses once expired
     await call(sidecar, "echo", changing)
     await call(sidecar, "stable", {"text": unique()})  # a key asked only once
-    for moment in (1.05, 4.3):
-        await async_wait_until(lambda m=moment: time.monotonic() > started + m, what="the clock")
+    stored = time.monotonic()  # every entry so far expires a second after this at the latest
+    for moment in (stored + 1.05, started + 4.3):
+        await async_wait_until(lambda m=moment: time.monotonic() > m, what="the clock")
         await call(sidecar, "stable", stable)
         await call(sidecar, "echo", changing)
 

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from mcpcache.sidecar.app.assembly import Sidecar
 from mcpcache.sidecar.app.reload import ConfigSource
 
-from .clients import http_get
+from .clients import ask, http_get
 from .kubelet import project
 from .serving import (
     STOPPING,
@@ -113,6 +113,17 @@ class RunningSidecar:
 
     def sample(self, name: str, **labels: str) -> float:
         return sample(self.scrape(), name, **labels)
+
+    async def ask(
+        self,
+        method: str,
+        request_id: Any = 1,
+        credential: str | None = None,
+        **params: Any,
+    ) -> httpx.Response:
+        """One raw modern request of a method other than a call (`clients.ask`), to the
+        server `s` (the name `one_server` gives)."""
+        return await ask(self.url("s"), method, request_id, credential, **params)
 
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

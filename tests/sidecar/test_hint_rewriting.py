@@ -5,15 +5,12 @@ entry's whole life, on a hit what is left of it; never a wider `cacheScope`."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
-import httpx
 import pytest
 
-from peers import clients
 from peers.clients import answer, mcp_client, unique
 from peers.serving import ServedApp
-from peers.sidecar import RunningSidecar, one_server
+from peers.sidecar import one_server
 from peers.upstream import Upstream
 
 
@@ -27,24 +24,14 @@ def zero_hints(request) -> Iterator[tuple[Upstream, ServedApp]]:
     app.stop()
 
 
-async def ask(
-    sidecar: RunningSidecar,
-    method: str,
-    request_id: Any = 1,
-    credential: str | None = None,
-    **params: Any,
-) -> httpx.Response:
-    return await clients.ask(sidecar.url("s"), method, request_id, credential, **params)
-
-
 async def test_a_list_saying_ttl_ms_zero_leaves_with_the_operators_freshness(
     make_sidecar, zero_hints
 ) -> None:
     peer, app = zero_hints
     sidecar = make_sidecar(one_server(app.base_url + "/mcp", metadataTTL="5m"))
-    miss = await ask(sidecar, "tools/list", "one")
+    miss = await sidecar.ask("tools/list", "one")
     posts = peer.http["POST"]
-    hit = await ask(sidecar, "tools/list", "two")
+    hit = await sidecar.ask("tools/list", "two")
     assert peer.http["POST"] == posts, "stored: the operator's word stands for the 0"
     assert miss.headers["cache-status"].startswith("mcpcache; fwd=miss")
     assert hit.headers["cache-status"] == "mcpcache; hit"
@@ -62,8 +49,8 @@ async def test_a_resource_saying_ttl_ms_zero_leaves_with_the_entrys_life_not_lon
     _, app = zero_hints
     sidecar = make_sidecar(one_server(app.base_url + "/mcp", ttl="20s", metadataTTL="5m"))
     uri = f"doc://{unique()}"
-    miss = await ask(sidecar, "resources/read", 1, uri=uri)
-    hit = await ask(sidecar, "resources/read", 2, uri=uri)
+    miss = await sidecar.ask("resources/read", 1, uri=uri)
+    hit = await sidecar.ask("resources/read", 2, uri=uri)
     assert answer(miss)["result"]["ttlMs"] == 20_000, "the resource's entry lives 20s"
     assert 0 < answer(hit)["result"]["ttlMs"] <= 20_000
     assert answer(hit)["result"]["contents"] == answer(miss)["result"]["contents"]
@@ -76,7 +63,7 @@ async def test_without_metadata_ttl_a_zero_hint_is_honoured_and_not_stored(
     sidecar = make_sidecar(one_server(app.base_url + "/mcp"))
     uri = f"doc://{unique()}"
     for request_id in (1, 2):
-        response = await ask(sidecar, "resources/read", request_id, uri=uri)
+        response = await sidecar.ask("resources/read", request_id, uri=uri)
         assert answer(response)["result"]["ttlMs"] == 0
     assert "detail=ttl-zero" in response.headers["cache-status"]
     assert sidecar.sample("mcpcache_not_stored_total", server="s", reason="ttl_zero") == 2
@@ -105,8 +92,8 @@ async def test_a_rewritten_result_kept_per_caller_says_it_is_private(
     sidecar = make_sidecar(one_server(app.base_url + "/mcp", metadataTTL="5m"))
     uri = f"doc://{unique()}"
     for method, params in (("tools/list", {}), ("resources/read", {"uri": uri})):
-        miss = await ask(sidecar, method, 1, **params)
-        hit = await ask(sidecar, method, 2, **params)
+        miss = await sidecar.ask(method, 1, **params)
+        hit = await sidecar.ask(method, 2, **params)
         assert hit.headers["cache-status"] == "mcpcache; hit"
         for response in (miss, hit):
             result = answer(response)["result"]
@@ -133,8 +120,8 @@ async def test_a_rewritten_result_kept_for_every_caller_stays_public(
     server = one_server(app.base_url + "/mcp", metadataTTL="5m", trustPublicHints=True)
     sidecar = make_sidecar(server)
     uri = f"doc://{unique()}"
-    miss = await ask(sidecar, "resources/read", 1, "Bearer alice", uri=uri)
-    hit = await ask(sidecar, "resources/read", 2, "Bearer bob", uri=uri)
+    miss = await sidecar.ask("resources/read", 1, "Bearer alice", uri=uri)
+    hit = await sidecar.ask("resources/read", 2, "Bearer bob", uri=uri)
     assert hit.headers["cache-status"] == "mcpcache; hit; detail=public"
     for response in (miss, hit):
         result = answer(response)["result"]
@@ -149,8 +136,8 @@ async def test_a_rewritten_result_that_said_no_scope_leaves_saying_private(
     _, app = echo_upstream
     sidecar = make_sidecar(one_server(app.base_url + "/mcp", metadataTTL="5m"))
     cursor = unique()
-    miss = await ask(sidecar, "tools/list", 1, "Bearer alice", cursor=cursor)
-    hit = await ask(sidecar, "tools/list", 2, "Bearer alice", cursor=cursor)
+    miss = await sidecar.ask("tools/list", 1, "Bearer alice", cursor=cursor)
+    hit = await sidecar.ask("tools/list", 2, "Bearer alice", cursor=cursor)
     assert hit.headers["cache-status"] == "mcpcache; hit"
     for response in (miss, hit):
         result = answer(response)["result"]

@@ -6,12 +6,9 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
-import httpx
 import pytest
 
-from peers import clients
 from peers.clients import MODERN, as_upstream_said, call_body, call_headers, mcp_client, post
 from peers.serving import ServedApp, async_wait_until, served
 from peers.sidecar import RunningSidecar, one_server
@@ -32,16 +29,6 @@ def listing() -> Iterator[tuple[Upstream, ServedApp]]:
     app.stop()
 
 
-async def ask(
-    sidecar: RunningSidecar,
-    method: str,
-    request_id: Any = 1,
-    credential: str | None = None,
-    **params: Any,
-) -> httpx.Response:
-    return await clients.ask(sidecar.url("s"), method, request_id, credential, **params)
-
-
 def count(sidecar: RunningSidecar, method: str, outcome: str) -> float:
     return sidecar.sample("mcpcache_requests_total", server="s", method=method, outcome=outcome)
 
@@ -52,9 +39,9 @@ async def test_a_list_is_cached_for_its_caller_when_metadata_ttl_is_set(
 ) -> None:
     peer, app = listing
     sidecar = make_sidecar(one_server(app.base_url + "/mcp", metadataTTL="5m"))
-    first = await ask(sidecar, method, "one")
+    first = await sidecar.ask(method, "one")
     posts = peer.http["POST"]
-    second = await ask(sidecar, method, "two")
+    second = await sidecar.ask(method, "two")
     assert peer.http["POST"] == posts, "the second list came from the cache"
     assert first.headers["cache-status"] == "mcpcache; fwd=miss; stored"
     assert second.headers["cache-status"] == "mcpcache; hit"
@@ -83,8 +70,8 @@ async def test_each_page_and_each_caller_has_its_own_entry(make_sidecar, listing
     posts = peer.http["POST"]
     for _ in range(2):
         for credential in ("Bearer alice", "Bearer bob"):
-            await ask(sidecar, "tools/list", credential=credential)
-            await ask(sidecar, "tools/list", credential=credential, cursor="page-2")
+            await sidecar.ask("tools/list", credential=credential)
+            await sidecar.ask("tools/list", credential=credential, cursor="page-2")
     assert peer.http["POST"] - posts == 4, "two pages for each of two callers, once each"
     assert count(sidecar, "tools/list", "hit") == 4
 
@@ -94,7 +81,7 @@ async def test_without_metadata_ttl_lists_are_forwarded_as_before(make_sidecar, 
     sidecar = make_sidecar(one_server(app.base_url + "/mcp"))
     posts = peer.http["POST"]
     for request_id in (1, 2):
-        response = await ask(sidecar, "tools/list", request_id)
+        response = await sidecar.ask("tools/list", request_id)
         assert response.headers["cache-status"] == "mcpcache; fwd=method"
     assert peer.http["POST"] - posts == 2
 
@@ -103,13 +90,13 @@ async def test_without_metadata_ttl_lists_are_forwarded_as_before(make_sidecar, 
 async def test_the_shorter_of_metadata_ttl_and_ttl_ms_applies(make_sidecar, listing) -> None:
     _, app = listing  # ttlMs 60000
     sidecar = make_sidecar(one_server(app.base_url + "/mcp", metadataTTL="1s"))
-    await ask(sidecar, "resources/list")
+    await sidecar.ask("resources/list")
     stored_at = time.monotonic()
-    hit = await ask(sidecar, "resources/list")
+    hit = await sidecar.ask("resources/list")
     assert hit.headers["cache-status"] == "mcpcache; hit"
     assert hit.json()["result"]["ttlMs"] <= 1000
     await async_wait_until(lambda: time.monotonic() > stored_at + 1.05, what="the clock")
-    again = await ask(sidecar, "resources/list")
+    again = await sidecar.ask("resources/list")
     assert again.headers["cache-status"] == "mcpcache; fwd=miss; stored"
 
 
@@ -155,9 +142,9 @@ async def test_a_list_changed_notification_drops_that_lists_entries(
     # Event streams this time: a notification needs a stream to travel in.
     with served(Upstream(list_ttl_ms=60_000).app()) as app:
         sidecar = make_sidecar(one_server(app.base_url + "/mcp", metadataTTL="5m"))
-        await ask(sidecar, method)
-        assert (await ask(sidecar, method, 2)).headers["cache-status"] == "mcpcache; hit"
+        await sidecar.ask(method)
+        assert (await sidecar.ask(method, 2)).headers["cache-status"] == "mcpcache; hit"
         body = call_body(3, "announce", {"kind": kind, "scoped": True})
         await post(sidecar.url("s"), body, call_headers("announce"))
-        again = await ask(sidecar, method, 4)
+        again = await sidecar.ask(method, 4)
         assert again.headers["cache-status"].startswith("mcpcache; fwd=miss")

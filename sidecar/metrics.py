@@ -40,7 +40,8 @@ class Metrics:
         self.bypasses = Counter(
             "mcpcache_bypasses",
             "Requests sent upstream without a lookup, by server and reason (method, "
-            "disabled, request_state, task, inexact_number, positional_params, tool_rule, "
+            "disabled, request_state, task, unreadable, batch, ambiguous_name, "
+            "ambiguous_headers, accept, too_deep, positional_params, tool_rule, "
             "not_read_only, skip_if).",
             ["server", "reason"],
             registry=self.registry,

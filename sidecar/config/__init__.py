@@ -74,6 +74,7 @@ from .tools import (
     Names,
     ToolRule,
     is_catch_all,
+    number_text,
     value_text,
 )
 from .units import (
@@ -140,6 +141,7 @@ __all__ = [
     "format_quantity",
     "is_catch_all",
     "load_config",
+    "number_text",
     "parse_config",
     "parse_duration",
     "parse_quantity",

@@ -3,9 +3,11 @@ values, and which tools' entries a write removes."""
 
 from __future__ import annotations
 
+import decimal
 import fnmatch
 import functools
-from typing import Annotated, Any, Literal, Self
+import unicodedata
+from typing import Annotated, Any, Final, Literal, Self
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
@@ -38,24 +40,62 @@ def is_catch_all(glob: str) -> bool:
 
 
 def value_text(value: Any) -> str | None:
-    """How an argument value compares with another: as text, case-insensitively, with
-    `7` and `"7"`, `true` and `"True"`, `1.0` and `1` alike. None for objects and
-    arrays, which compare only by their canonical JSON.
+    """How an argument value compares with another: as any lax validator (pydantic,
+    FastMCP, zod's coercions) may read it, so that values one of them reads as the
+    same compare equal. None for objects and arrays, which compare only by their
+    canonical JSON.
+
+    - numbers by value, whatever their spelling or type: `7`, `7.0`, `"7"`, `" 7 "`,
+      `"7.00"`, `"7e0"` alike (and `0`, `-0`, `"0.0"`);
+    - booleans as numbers, with the spellings lax validators read: `true`, `1`, `"1"`,
+      `"true"`, `"True"`, `"yes"`, `"on"`, `"t"`, `"y"` alike, and `false`, `0`,
+      `"false"`, `"no"`, `"off"`, `"f"`, `"n"` alike;
+    - other strings in Unicode NFC, case aside.
 
     Loose on purpose: both uses (`skipIf` and `invalidates` with `match`) err on the
     side of the answer the upstream gives now — a value that may be the same skips the
     cache, or drops the entry."""
     if isinstance(value, bool):
-        return "true" if value else "false"
+        return "1" if value else "0"
+    if isinstance(value, int | float):
+        return number_text(repr(value))
     if isinstance(value, str):
-        return value.casefold()
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else repr(value)
+        stripped = value.strip().casefold()
+        if stripped in _TRUE:
+            return "1"
+        if stripped in _FALSE:
+            return "0"
+        number = number_text(stripped)
+        if number is not None:
+            return number
+        return unicodedata.normalize("NFC", unicodedata.normalize("NFC", value).casefold())
     if value is None:
         return "null"
     return None
+
+
+_TRUE: Final = frozenset({"true", "yes", "on", "t", "y"})
+_FALSE: Final = frozenset({"false", "no", "off", "f", "n"})
+
+
+def number_text(text: str) -> str | None:
+    """A number's text by its value (`7.00`, `7e0` and `7` give `7`); None for a text
+    that is no finite number."""
+    try:
+        number = decimal.Decimal(text)
+    except decimal.InvalidOperation:
+        return None
+    if not number.is_finite():
+        return None
+    if number.is_zero():
+        return "0"
+    try:
+        return str(number.normalize(_CONTEXT))
+    except ArithmeticError:  # past the context's exponents: no reading settles it
+        return None
+
+
+_CONTEXT: Final = decimal.Context(prec=34, Emin=-999_999_999, Emax=999_999_999)
 
 
 SkipValue = bool | int | float | str
@@ -137,6 +177,11 @@ class ToolRule(Model):
     def skip_texts(self) -> dict[str, frozenset[str | None]]:
         """`skipIf` as the texts arguments are compared by (`value_text`)."""
         return {name: frozenset(map(value_text, vs)) for name, vs in self.skip_if.items()}
+
+    @property
+    def matched_names(self) -> frozenset[str]:
+        """The arguments this rule's writes match on."""
+        return frozenset(n for r in self.invalidates if not isinstance(r, str) for n in r.match)
 
     @property
     def invalidated_globs(self) -> tuple[str, ...]:

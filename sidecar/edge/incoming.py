@@ -11,16 +11,15 @@ from typing import Final
 from starlette.types import Message as ASGIMessage
 from starlette.types import Receive, Scope
 
-from ..rules.ambiguity import LARGE_BODY, Ambiguous, upstream_body
-from ..rules.headers import JSON, accepts_both, joined, media_type
+from ..rules.headers import accepts_both, joined, utf8_json
 from ..rules.messages import (
     HEADER_MISMATCH,
     INVALID_REQUEST,
-    MalformedMessage,
     Message,
-    parse_message,
+    read_message,
     routing_header_mismatch,
 )
+from ..rules.reading import LARGE_BODY
 from .errors import REQUEST_TOO_LARGE, ProxyError
 
 UNCHECKED_BODY: Final = 64 << 10
@@ -31,8 +30,8 @@ and commas) per this many bytes.
 Parsed, an empty object costs about 64 bytes of memory and takes 3 in the body, a short
 string about 50 and takes 4: a large body of nothing else would cost 20 to 30 times its
 size. Real requests carry text between their separators; a large body past this bound
-is refused before it is parsed (a small one costs little either way, and gets the
-parser's own error)."""
+is not parsed at all: it goes upstream as sent, uncached (a small one costs little
+either way)."""
 
 
 DecodedHeaders = tuple[tuple[tuple[str, str], ...], Mapping[str, str], int]
@@ -79,12 +78,16 @@ def _too_large(limit: int) -> ProxyError:
 class Incoming:
     """One request as the proxy needs it: the ASGI scope's parts, decoded once."""
 
-    __slots__ = ("header_bytes", "headers", "method", "raw_headers", "receive")
+    __slots__ = ("header_bytes", "headers", "method", "query", "raw_headers", "receive")
 
     def __init__(self, scope: Scope, receive: Receive) -> None:
         self.method: str = scope["method"]
         self.receive = receive
         self.raw_headers, self.headers, self.header_bytes = _decode(scope["headers"])
+        query: bytes = scope.get("query_string", b"")
+        self.query = query.decode("latin-1")
+        """The query string exactly as sent (without `?`): it goes upstream, and into
+        the key."""
 
     async def read_body(self, limit: int) -> bytes:
         """The whole body; 413 past `limit` bytes, declared or received. (A body that
@@ -110,44 +113,25 @@ class Incoming:
                 return b"".join(chunks)
             chunks.append(chunk)
 
-    def message(self, raw: bytes) -> Message:
-        """The body as a JSON-RPC message, or the precise error for why it is not one."""
+    async def message(self, raw: bytes) -> Message:
+        """The body as the sidecar reads it (`messages.read_message`), with why it is in
+        doubt; refused only where the MCP specification makes an intermediary refuse:
+        `Mcp-Method` or `Mcp-Name` headers that disagree with the body (else a request
+        could name one tool in its headers, another in its body, and be answered with
+        the wrong tool's result). A large body is read off the event loop."""
         headers = self.headers
-        if media_type(headers) != JSON:
-            raise ProxyError(
-                415, INVALID_REQUEST, "Content-Type must be application/json for MCP requests"
-            )
-        if not accepts_both(headers.get("accept") or "*/*"):
-            raise ProxyError(
-                406,
-                INVALID_REQUEST,
-                "Accept must list both application/json and text/event-stream",
-            )
+        if not utf8_json(headers):
+            return Message.unread(raw, "unreadable")  # the upstream answers it
         if len(raw) > UNCHECKED_BODY:
             values = raw.count(b"{") + raw.count(b"[") + raw.count(b",")
             if values > len(raw) // BYTES_PER_VALUE:
-                raise ProxyError(
-                    413,
-                    REQUEST_TOO_LARGE,
-                    f"request body holds about {values} values in {len(raw)} bytes; "
-                    f"at most one per {BYTES_PER_VALUE} bytes is accepted",
-                )
-        try:
-            message = parse_message(raw)
-        except MalformedMessage as exc:
-            raise ProxyError(400, exc.code, str(exc)) from exc
+                return Message.unread(raw, "unreadable")  # costly to read: not read
+        if len(raw) <= LARGE_BODY:
+            message = read_message(raw)
+        else:
+            message = await asyncio.to_thread(read_message, raw)
         if message.is_request and (mismatch := routing_header_mismatch(headers, message)):
             raise ProxyError(400, HEADER_MISMATCH, mismatch, request_id=message.id)
+        if message.doubt is None and not accepts_both(headers.get("accept") or "*/*"):
+            message.doubt = "accept"  # a hit's answer may be a stream it cannot take
         return message
-
-    @staticmethod
-    async def upstream_body(message: Message) -> bytes:
-        """The message's bytes for the upstream, as the sidecar read them; 400 for a
-        body that may be read two ways (see `rules.ambiguity`). A large body is read
-        off the event loop."""
-        try:
-            if len(message.raw) <= LARGE_BODY:
-                return upstream_body(message.body, message.raw)
-            return await asyncio.to_thread(upstream_body, message.body, message.raw)
-        except Ambiguous as exc:
-            raise ProxyError(400, INVALID_REQUEST, str(exc), request_id=message.id) from exc

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Mapping
-from urllib.parse import urlsplit
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
@@ -32,6 +31,19 @@ def _hostname(authority: str) -> str:
     return host[1:-1] if host.startswith("[") else host
 
 
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://(.*)")
+"""RFC 6454's serialised origin: a scheme, `://` and an authority with no userinfo,
+path, query or fragment (`http://localhost:3500.evil`, `http://a@localhost` and
+`http://localhost/x` name no loopback origin)."""
+
+
+def _origin_host(origin: str) -> str:
+    """The host of an `Origin` value read as strictly as `Host`; "" for anything that is
+    not a serialised origin (`null` included)."""
+    match = _ORIGIN.fullmatch(origin)
+    return _hostname(match.group(1)) if match is not None else ""
+
+
 class OriginPolicy:
     def __init__(self, allowed_hosts: Iterable[str] = ()) -> None:
         self.allowed = LOOPBACK_HOSTS | {h.lower() for h in allowed_hosts}
@@ -44,9 +56,7 @@ class OriginPolicy:
     def _refusal(self, host: str | None, origin: str | None) -> str | None:
         if host is not None and _hostname(host.lower()) not in self.allowed:
             return f"Host {host!r} is not allowed: the sidecar serves loopback callers"
-        if origin is not None:
-            # `null` is what a sandboxed frame or a file: page sends: not a loopback page.
-            name = urlsplit(origin.lower()).hostname
-            if name is None or name not in self.allowed:
-                return f"Origin {origin!r} is not allowed"
+        # `null` is what a sandboxed frame or a file: page sends: not a loopback page.
+        if origin is not None and _origin_host(origin.lower()) not in self.allowed:
+            return f"Origin {origin!r} is not allowed"
         return None

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from ..cache.credentials import AcceptedCredentials
 from ..cache.observations import Observations, answer_digest, scope_label
 from ..cache.store import ResponseCache
 from ..config import Server
@@ -22,6 +23,7 @@ from ..metrics import Metrics
 from ..rules import answers, cache_status, freshness, policy
 from ..rules.capture import ResponseCapture
 from ..rules.headers import forward_headers, response_headers
+from ..rules.hints import listing_ttl
 from ..rules.messages import ERROR, RESULT, Message, Verdict, cache_scope
 from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamFailure
@@ -47,6 +49,10 @@ class CacheableRequest:
     generation: bytes | None = None
     """The server's generation in the shared tier when it was looked up there (None: not
     looked up, or unknown): its answer is written there under it, or not at all."""
+    unverified: bool = False
+    """It may meet an entry for every caller, but the upstream has not accepted its
+    credential lately: it goes upstream on its own (no stale answer, no flight to
+    join; those who join its flight get its answer only once stored, so accepted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +65,8 @@ class Storage:
     metrics: Metrics
     observations: Observations = field(default_factory=Observations)
     """What the upstream's answers showed over time (for `suggest` and revalidations)."""
+    credentials: AcceptedCredentials | None = None
+    """Credentials the upstream accepted lately (for entries for every caller)."""
 
 
 class Fetch:
@@ -72,7 +80,7 @@ class Fetch:
         self._storage = storage
         self._request = request
         self._exchanges = exchanges
-        headers = forward_headers(request.incoming.raw_headers, via, json_body=True)
+        headers = forward_headers(request.incoming.raw_headers, via)
         server = request.server
         self._outbound = Outbound(
             "POST",
@@ -83,6 +91,7 @@ class Fetch:
             request.incoming.headers.get(policy.SESSION_HEADER),
             server.timeout,
             ticketed=True,
+            query=request.incoming.query,
         )
         self.capture: ResponseCapture | None = None
         self._flight: Flight | None = None
@@ -159,8 +168,18 @@ class Fetch:
         current = verdict.reason not in ("id_reused", "invalidated")
         learner = self._learner
         if learner is not None and current and final is not None and "result" in final:
-            storage.invalidator.hints.learn(server.name, final["result"], learner)
+            held = listing_ttl(final["result"], server.cache.metadata_ttl, server.cache.ttl)
+            storage.invalidator.hints.learn(server.name, final["result"], learner, held)
         result = final.get("result") if final is not None else None
+        lookup = request.lookup
+        if (
+            lookup.credential
+            and current
+            and "result" in (final or {})
+            and 200 <= self._status < 300
+        ):
+            assert storage.credentials is not None
+            storage.credentials.accept(server.name, lookup.credential, lookup.ttl)
         if current and isinstance(result, dict) and result.get("isError") is not True:
             digest = answer_digest(result)
             label, now = scope_label(request.lookup.scope), storage.cache.timer()

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import Final
 
+from ..cache.credentials import AcceptedCredentials
 from ..config import Server
 from ..edge.forwarded import ForwardedResponse, StreamedResponse
 from ..edge.incoming import Incoming
 from ..rules import answers, cache_status, policy
 from ..rules.capture import ResponseCapture
 from ..rules.headers import forward_headers, response_headers
+from ..rules.hints import listing_ttl
 from ..rules.messages import Message, Verdict, method_label
 from ..upstream.client import UpstreamFailure
 from ..upstream.exchange import Exchange, Exchanges, Outbound, failure_error
@@ -39,8 +41,10 @@ class Following:
         status: int,
         exchange: Exchange,
         epoch: int,
+        credentials: AcceptedCredentials | None = None,
     ) -> None:
         self._invalidator = invalidator
+        self._credentials = credentials
         self._server = server
         self._plan = plan
         self._status = status
@@ -50,13 +54,20 @@ class Following:
         self._done = False
         self.capture: ResponseCapture | None = None
         self.follows = False
-        if message is not None and message.is_request:
-            self.follows = bool(plan.invalidates) or plan.learner is not None
+        # A body the sidecar could not read may still be a write: its answer is followed,
+        # and unless it is a JSON-RPC error to no id (the upstream could not parse it
+        # either), it ends without a final answer to the sidecar: so it may have written.
+        if message is not None and (message.is_request or plan.invalidates):
+            self.follows = bool(plan.invalidates or plan.credential) or plan.learner is not None
             bound = FOLLOW_BOUND if self.follows else 0
             self.capture = ResponseCapture(message.id, event_stream, bound)
 
     def judged(self, verdict: Verdict, event_stream: bool) -> Verdict:
         plan, server = self._plan, self._server
+        if plan.credential and self._credentials is not None and 200 <= self._status < 300:
+            final = self.capture.final if self.capture is not None else None
+            if final is not None and "result" in final and not self._exchange.id_reused:
+                self._credentials.accept(server.name, plan.credential, server.cache.ttl)
         if plan.invalidates:
             if not self._done and answers.write_happened(verdict, self._status):
                 self._invalidator.tools(server.name, plan.invalidates, "write")
@@ -69,7 +80,9 @@ class Following:
             current = not self._exchange.id_reused
             current = current and self._invalidator.epoch(server.name) == self._epoch
             if current and final is not None and "result" in final:
-                self._invalidator.hints.learn(server.name, final["result"], plan.learner)
+                result, cache = final["result"], server.cache
+                ttl = listing_ttl(result, cache.metadata_ttl, cache.ttl)
+                self._invalidator.hints.learn(server.name, result, plan.learner, ttl)
         return verdict
 
 
@@ -82,18 +95,24 @@ async def pass_through(
     plan: policy.Bypass,
     message: Message | None = None,
     raw: bytes | None = None,
+    credentials: AcceptedCredentials | None = None,
 ) -> ForwardedResponse | StreamedResponse:
     """Forward `incoming` (with its `message`, read from `raw`, for a POST) and relay."""
+    # A body read as no message at all may hold any id of its session (a batch, an id
+    # given twice): it takes them all while it is upstream.
+    unread = message is not None and message.method is None and message.doubt is not None
     outbound = Outbound(
         incoming.method,
-        forward_headers(incoming.raw_headers, via, json_body=raw is not None),
+        forward_headers(incoming.raw_headers, via),
         raw,
         method_label(message.method if message is not None else None),
         message.id if message is not None else None,
         incoming.headers.get(policy.SESSION_HEADER),
         # A GET is the server's long-lived event stream: no idle limit on it.
         None if incoming.method == "GET" else server.timeout,
-        ticketed=message is not None and message.is_request,
+        ticketed=message is not None and (message.is_request or unread),
+        query=incoming.query,
+        unknown_ids=unread,
     )
     exchange = exchanges.start(server, outbound)
     epoch = invalidator.epoch(server.name)
@@ -110,11 +129,12 @@ async def pass_through(
         response.status,
         exchange,
         epoch,
+        credentials,
     )
     relay = exchange.relay(response, following)
     headers = response_headers(response.headers)
     status = cache_status.forwarded(plan.fwd, plan.detail)
-    if not following.follows or response.event_stream:
+    if not (plan.invalidates or plan.learner is not None) or response.event_stream:
         return StreamedResponse(response.status, headers, status, relay.stream(b""))
     # A JSON answer followed to its end: read it before the headers, so that what it
     # invalidates is gone before the caller can ask again.

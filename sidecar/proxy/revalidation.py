@@ -30,7 +30,7 @@ from ..config import Server, SidecarConfig
 from ..edge.hit import HitResponse
 from ..edge.incoming import Incoming
 from ..rules import policy
-from ..rules.ambiguity import LARGE_BODY, Ambiguous, upstream_body
+from ..rules.hints import listing_ttl
 from ..rules.messages import Message, Verdict
 from ..upstream.exchange import Exchanges
 from ..upstream.flights import Flight
@@ -121,24 +121,16 @@ def answer_hit(
     # when its tools are forgotten, so none teaches another server's tools.
     learner, public = plan.learner, entry.scope is not None and entry.scope.public
     if learner is not None and not public and not proxy.hints.knows(server.name, learner):
-        proxy.hints.learn(server.name, orjson.loads(entry.result), learner)
+        result, cache = orjson.loads(entry.result), server.cache
+        left = entry.expires_at - proxy.cache.timer()
+        held = min(listing_ttl(result, cache.metadata_ttl, cache.ttl), left)
+        proxy.hints.learn(server.name, result, learner, held)
     rate = server.cache.revalidate_sample
     checkable = rate and random.random() < rate and not proxy.coalescer.running(plan.key)
-    # A body the upstream may read otherwise than the key does is never sent to be stored.
-    body = _unambiguous_body(message) if checkable else None
-    if body is not None:
-        request = CacheableRequest(incoming, server, message, body, plan, method, config.app_id)
+    if checkable:  # with the caller's own bytes, as a miss would go
+        request = CacheableRequest(
+            incoming, server, message, message.raw, plan, method, config.app_id
+        )
         recheck = Recheck(proxy.exchanges, proxy.storage, request, proxy.via, entry)
         proxy.coalescer.start(plan.key, recheck.run, leader=False, joinable=True, keep_going=True)
     return HitResponse.of(entry, message.id, proxy.cache.timer())
-
-
-def _unambiguous_body(message: Message) -> bytes | None:
-    """The body to recheck with; None for a large one (never read on the event loop
-    for a check) or one that may be read two ways."""
-    if len(message.raw) > LARGE_BODY:
-        return None
-    try:
-        return upstream_body(message.body, message.raw)
-    except Ambiguous:
-        return None

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 
 from starlette.types import ASGIApp
 
+from ..cache.credentials import AcceptedCredentials
 from ..cache.store import Entry, ResponseCache
 from ..config import Server, SidecarConfig
 from ..edge.errors import (
@@ -35,7 +36,7 @@ from ..edge.incoming import Incoming
 from ..edge.origin import OriginPolicy
 from ..metrics import Metrics
 from ..rules import answers, cache_status, policy
-from ..rules.messages import INVALID_REQUEST, Message, method_label
+from ..rules.messages import Message, method_label
 from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamClient
 from ..upstream.exchange import Exchanges, failure_error
@@ -76,7 +77,8 @@ class Proxy:
         self.via = f"1.1 {self.via_token}"
         self.sessions = LegacySessions(cache)
         self.exchanges = Exchanges(client, metrics, self.sessions, invalidator.notice)
-        self.storage = Storage(cache, tier, invalidator, metrics)
+        self.credentials = AcceptedCredentials(cache.timer)
+        self.storage = Storage(cache, tier, invalidator, metrics, credentials=self.credentials)
         self.coalescer = Coalescer()
 
     async def aclose(self) -> None:
@@ -95,22 +97,28 @@ class Proxy:
         if incoming.method != "POST":
             return await self._pass(incoming, server, policy.Bypass("method"))
         raw = await incoming.read_body(config.max_request_bytes)
-        message = incoming.message(raw)
-        try:
-            plan = policy.plan(
-                server, message, incoming.headers, incoming.raw_headers, config.app_id, self.hints
-            )
-        except policy.RequestRefused as exc:
-            raise ProxyError(400, INVALID_REQUEST, str(exc), message.id) from exc
+        message = await incoming.message(raw)
+        plan = policy.plan(
+            server,
+            message,
+            incoming.headers,
+            incoming.raw_headers,
+            config.app_id,
+            self.hints,
+            incoming.query,
+        )
         method = method_label(message.method)
         if isinstance(plan, policy.Bypass):
-            if message.is_request:
+            if message.is_request or message.doubt is not None:
                 self.metrics.count_bypass(server.name, method, plan.reason)
-            return await self._pass(
-                incoming, server, plan, message, await incoming.upstream_body(message)
-            )
-        entry = self.cache.get_fresh(plan.key)
-        if entry is None and plan.public_key:  # trustPublicHints: the entry for everyone
+            return await self._pass(incoming, server, plan, message, raw)
+        # An entry for every caller answers only a credential the upstream accepted.
+        verified = self.credentials.accepted(server.name, plan.credential)
+        unverified = plan.scope.public and not verified
+        entry = None if unverified else self.cache.get_fresh(plan.key)
+        if entry is None and plan.named_key:  # a call filled from defaults
+            entry = self.cache.get_fresh(plan.named_key)
+        if entry is None and plan.public_key and verified:  # trustPublicHints
             entry = self.cache.get_fresh(plan.public_key)
         if entry is not None:
             return answer_hit(self, incoming, server, message, plan, method, config, entry)
@@ -118,18 +126,19 @@ class Proxy:
         if self.tier is not None and not plan.session:
             # Answers given inside a legacy session end with it: they stay in memory.
             entry, generation = await self._tier_lookup(self.tier, config.app_id, server, plan)
-            if entry is None and plan.public_key:
+            if unverified:  # looked up for its generation, to write its answer under
+                entry = None
+            if entry is None and plan.public_key and verified:
                 public = policy.public_side(plan)
                 entry = (await self._tier_lookup(self.tier, config.app_id, server, public))[0]
             if entry is not None:
                 self.metrics.count(server.name, method, "hit")
                 return HitResponse.of(entry, message.id, self.cache.timer(), from_tier=True)
-        raw = await incoming.upstream_body(message)  # the answer would be stored
         extra = policy.extra_keyed_headers(server, plan.keyed)
         if extra:
             self.metrics.count_keyed_headers(server.name, extra)
         request = CacheableRequest(
-            incoming, server, message, raw, plan, method, config.app_id, generation
+            incoming, server, message, raw, plan, method, config.app_id, generation, unverified
         )
         return await self._miss(request)
 
@@ -193,6 +202,8 @@ class Proxy:
         while it is fetched again, wait for an identical request already upstream, or
         go upstream."""
         key, server = request.lookup.key, request.server
+        if request.unverified:  # its own way up; a verified caller may wait on it
+            return await self._lead(request, joinable=not self.coalescer.running(key))
         now = self.cache.timer()
         stale = self.cache.get_stale(key)
         if stale is not None and answers.stale_while_revalidating(server, stale.expires_at, now):
@@ -279,7 +290,15 @@ class Proxy:
         raw: bytes | None = None,
     ) -> ForwardedResponse | StreamedResponse:
         return await pass_through(
-            self.exchanges, self.invalidator, self.via, incoming, server, plan, message, raw
+            self.exchanges,
+            self.invalidator,
+            self.via,
+            incoming,
+            server,
+            plan,
+            message,
+            raw,
+            self.credentials,
         )
 
     def _fetch(self, request: CacheableRequest) -> Callable[[Flight], Awaitable[None]]:

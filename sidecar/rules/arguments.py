@@ -2,20 +2,23 @@
 argument values an entry is filed under for writes that `match` on them, and the
 schema's defaults filled into a call's arguments. Pure functions.
 
-Values are compared as `config.value_text` reads them (as text, case-insensitively):
+Values are compared as `config.value_text` reads them: as every lax validator might
+(numbers by value, booleans with their spellings, strings in NFC, case aside), so that
 both rules err towards the upstream's answer of now — a value that may be the same one
-skips the cache, or drops the entry.
+skips the cache, or drops the entry. A value that no reading settles (`reading`'s kept
+spellings, names given twice) steps aside: `skipIf` skips, a write drops wide.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Final, NamedTuple
 
 import orjson
 
-from ..config import ArgumentMatch, ToolRule, value_text
+from ..config import ArgumentMatch, ToolRule, number_text, value_text
 from .key import secret_digest
+from .reading import Members, Spelling
 
 ArgumentDigests = tuple[tuple[str, str], ...]
 """(argument name, digest of its value) pairs, sorted by name: never the values."""
@@ -40,20 +43,53 @@ def arguments_of(params: Mapping[str, Any]) -> Mapping[str, Any]:
 _NONE: Final[Mapping[str, Any]] = {}
 
 
-def skipped(rule: ToolRule, arguments: Mapping[str, Any]) -> bool:
-    """Whether one of `rule`'s `skipIf` values is among the call's arguments."""
-    for name, texts in rule.skip_texts.items():
-        if name in arguments and value_text(arguments[name]) in texts:
+def doubtful(arguments: Any, names: Collection[str]) -> bool:
+    """Whether the upstream may read one of `names` in `arguments` otherwise than the
+    sidecar: the object names a member twice (which copy counts is the parser's), or
+    holds a name equal to one of `names` after case folding (Go's reading)."""
+    if not names:
+        return False
+    if isinstance(arguments, Members):
+        return True
+    if not isinstance(arguments, dict):
+        return False
+    folded = {name.casefold(): name for name in names}
+    for name in arguments:
+        read = folded.get(name.casefold())
+        if read is not None and read != name:
             return True
     return False
 
 
+def _compared(value: Any) -> str | None:
+    """`value_text` of an argument, a kept spelling read as the number it spells."""
+    if isinstance(value, Spelling):
+        return number_text(value.text)
+    return value_text(value)
+
+
+def skipped(rule: ToolRule, arguments: Mapping[str, Any]) -> bool:
+    """Whether one of `rule`'s `skipIf` values is among the call's arguments; a number
+    spelt so that no reading settles it counts as one (the call steps aside)."""
+    for name, texts in rule.skip_texts.items():
+        if name in arguments:
+            value = arguments[name]
+            text = _compared(value)
+            if text in texts or (text is None and isinstance(value, Spelling)):
+                return True
+    return False
+
+
 def _value_digest(name: str, value: Any) -> str:
-    """The value's digest; "" (unknown) for one nested deeper than JSON can be written
-    here: no write matches it, and a write with it removes every entry of the tool."""
-    text = value_text(value)
-    if text is None:  # an object or an array: by its canonical JSON
-        try:
+    """The value's digest; "" (unknown) for one that cannot be settled here (nested
+    deeper than JSON can be written, a number no reading settles, an object that names
+    a member twice, or one holding such a number): a write with it removes every entry
+    of the tool, and an entry filed with it is removed by every write of its tool."""
+    text = _compared(value)
+    if text is None:
+        if isinstance(value, Spelling):
+            return ""
+        try:  # an object or an array: by its canonical JSON
             text = "json:" + orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
         except orjson.JSONEncodeError:
             return ""
@@ -89,7 +125,7 @@ def recorded_match(recorded: ArgumentDigests, wanted: ArgumentDigests) -> bool:
     if not recorded:
         return True
     have = dict(recorded)
-    return all(have.get(name, digest) == digest for name, digest in wanted)
+    return all(have.get(name, digest) in (digest, "") for name, digest in wanted)
 
 
 def with_defaults(params: dict[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:

@@ -102,9 +102,38 @@ def anyone_identity(
     sending no credential never meets an entry fetched with one, nor the reverse: an
     upstream that refuses anonymous callers is never bypassed through a shared entry."""
     material = identity(headers, keyed, raw_headers)
-    present = [name for name in server.cache.identity_headers if name in headers]
+    present = [n for n in server.cache.identity_headers if credential_in(n, headers.get(n))]
     material["credentials"] = ",".join(present)
     return material
+
+
+AUTH_SCHEMES: Final = frozenset(
+    {"basic", "bearer", "digest", "dpop", "hoba", "mutual", "negotiate", "token", "apikey"}
+)
+"""HTTP authentication schemes: an `Authorization` holding one alone carries no token."""
+_AUTHORIZATION: Final = frozenset({"authorization", "proxy-authorization"})
+
+
+def credential_in(name: str, value: str | None) -> bool:
+    """Whether an identity header carries a credential: absent, empty or blank, it does
+    not, nor does an `Authorization` holding a scheme alone (`Bearer`): such a caller is
+    anonymous to an entry for every caller."""
+    if value is None or not value.strip():
+        return False
+    if name in _AUTHORIZATION:
+        return value.strip().lower() not in AUTH_SCHEMES
+    return True
+
+
+def credential_digest(server: Server, headers: Mapping[str, str]) -> str:
+    """The caller's credentials (the identity headers that carry one) as one digest;
+    "" for an anonymous caller."""
+    held = [
+        f"{name}:{headers[name]}"
+        for name in server.cache.identity_headers
+        if credential_in(name, headers.get(name))
+    ]
+    return secret_digest("\n".join(held)) if held else ""
 
 
 @functools.lru_cache(maxsize=64)

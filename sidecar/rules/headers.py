@@ -68,20 +68,16 @@ def forwarded(name: str) -> bool:
     return name not in NOT_FORWARDED and "_" not in name
 
 
-def forward_headers(
-    headers: Iterable[tuple[str, str]], via: str, json_body: bool = False
-) -> list[tuple[str, str]]:
+_NOTHING: Final[frozenset[str]] = frozenset()
+
+
+def forward_headers(headers: Iterable[tuple[str, str]], via: str) -> list[tuple[str, str]]:
     """Request headers for the upstream: all but hop-by-hop ones and those the client
     library sets, plus this hop's `Via`. `Host` comes from the upstream URL: an MCP
     server that guards against DNS rebinding then sees its own name, not the sidecar's.
-
-    `json_body`: the body is a JSON-RPC message the sidecar has read as UTF-8 JSON; it
-    goes up as plain `application/json`, so that the upstream reads the bytes the key was
-    made from (a `charset=utf-7` parameter would have some servers decode other params)."""
-    dropped = frozenset({"content-type"}) if json_body else frozenset()
-    kept = [(k, v) for k, v in without(headers, dropped) if forwarded(k)]
-    if json_body:
-        kept.append(("content-type", JSON))
+    `Content-Type` goes as sent (a body whose type says anything but UTF-8 JSON is not
+    read by the sidecar: see `utf8_json`)."""
+    kept = [(k, v) for k, v in without(headers, _NOTHING) if forwarded(k)]
     kept.append(("accept-encoding", "identity"))
     kept.append(("via", via))
     return kept
@@ -135,6 +131,28 @@ def joined(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
 
 def media_type(headers: Mapping[str, str]) -> str:
     return _media_type(headers.get("content-type", ""))
+
+
+def utf8_json(headers: Mapping[str, str]) -> bool:
+    """Whether the body is JSON in UTF-8 to any reader: `application/json`, with no
+    parameter but `charset=utf-8` (a `charset=utf-7` would have some servers decode
+    the bytes otherwise than the sidecar)."""
+    return _utf8_json(headers.get("content-type", ""))
+
+
+@functools.lru_cache(maxsize=64)
+def _utf8_json(content_type: str) -> bool:
+    """Memoised: peers send the same few content types."""
+    kind, _, parameters = content_type.partition(";")
+    if kind.strip().lower() != JSON:
+        return False
+    for parameter in parameters.split(";"):
+        name, _, value = parameter.partition("=")
+        if not name.strip() and not value:
+            continue
+        if name.strip().lower() != "charset" or value.strip().strip('"').lower() != "utf-8":
+            return False
+    return True
 
 
 @functools.lru_cache(maxsize=64)

@@ -15,12 +15,21 @@ listing that caller was shown gives the same certain defaults (`schema_defaults`
 that differ (a server that changed without saying so) leave the tool with no defaults
 until the server announces a change. The callers remembered per server are bounded; one
 forgotten has no defaults (no sharing) until it lists the tools again.
+
+A listing's defaults hold only as long as the listing may be cached (its `ttlMs`, the
+server's `metadataTTL`, else its `ttl`; see `listing_ttl`): then they are learned again
+from the next listing, and a call is not filled meanwhile. A call filled from defaults
+reads the entry of the call that names them, but its own answer is filed apart
+(`policy.plan`): the server may have changed the default since, and a caller who names
+the old value must never read an answer made under the new one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final, NamedTuple
 
 import cachetools
 import orjson
@@ -34,38 +43,53 @@ MAX_CALLERS_PER_SERVER: Final = 256
 """The callers whose listings' defaults are kept per server, the least recent dropped."""
 
 
-_NO_TOOLS: Final[dict[str, Mapping[str, Any]]] = {}
-_NO_CALLERS: Final[dict[str, dict[str, Mapping[str, Any]]]] = {}
+_NO_CALLERS: Final[dict[str, Any]] = {}
 _UNCERTAIN: Final[Mapping[str, Any]] = {}
 """A tool whose listings disagree: no defaults (compared by identity, not by value)."""
 
 
+class Learned(NamedTuple):
+    """The defaults one caller's listings gave, until when they hold."""
+
+    until: float
+    tools: dict[str, Mapping[str, Any]]
+
+
 class ToolHints:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._read_only: dict[str, dict[str, bool]] = {}
-        self._defaults: dict[str, cachetools.LRUCache[str, dict[str, Mapping[str, Any]]]] = {}
+        self._defaults: dict[str, cachetools.LRUCache[str, Learned]] = {}
 
     def defaults(self, server: str, caller: str, tool: str) -> Mapping[str, Any]:
         """The certain argument defaults of `tool` in the listings `caller` was shown
-        ({} when unknown or in doubt)."""
-        callers = self._defaults.get(server, _NO_CALLERS)
-        return callers.get(caller, _NO_TOOLS).get(tool, _UNCERTAIN)
+        ({} when unknown, in doubt, or older than the listing may be cached)."""
+        learned = self._learned(server, caller)
+        return learned.tools.get(tool, _UNCERTAIN) if learned is not None else _UNCERTAIN
 
     def knows(self, server: str, caller: str) -> bool:
-        """Whether some listing `caller` was shown is on record since the server's
-        tools were last forgotten."""
-        return caller in self._defaults.get(server, _NO_CALLERS)
+        """Whether some listing `caller` was shown is on record, and still holds, since
+        the server's tools were last forgotten."""
+        return self._learned(server, caller) is not None
+
+    def _learned(self, server: str, caller: str) -> Learned | None:
+        learned = self._defaults.get(server, _NO_CALLERS).get(caller)
+        if learned is None or learned.until <= self._clock():
+            return None
+        return learned
 
     def read_only(self, server: str, tool: str) -> bool:
         return self._read_only.get(server, {}).get(tool, False)
 
-    def learn(self, server: str, result: Any, caller: str) -> int:
-        """Take in one `tools/list` result that `caller` (a digest) was shown; returns
+    def learn(self, server: str, result: Any, caller: str, ttl: float = math.inf) -> int:
+        """Take in one `tools/list` result that `caller` (a digest) was shown, whose
+        defaults hold for `ttl` seconds (as long as the listing may be cached: a server
+        may change a default without announcing it, a stateless redeploy say); returns
         how many tools it described."""
         tools = result.get("tools") if isinstance(result, dict) else None
         if not isinstance(tools, list):
             return 0
-        self._learn_defaults(server, caller, tools)
+        self._learn_defaults(server, caller, tools, ttl)
         known = self._read_only.setdefault(server, {})
         seen = 0
         for tool in tools:
@@ -80,13 +104,18 @@ class ToolHints:
             seen += 1
         return seen
 
-    def _learn_defaults(self, server: str, caller: str, tools: list[Any]) -> None:
+    def _learn_defaults(self, server: str, caller: str, tools: list[Any], ttl: float) -> None:
         callers = self._defaults.get(server)
         if callers is None:
             callers = self._defaults[server] = cachetools.LRUCache(MAX_CALLERS_PER_SERVER)
-        known = callers.get(caller)
-        if known is None:
-            known = callers[caller] = {}
+        now = self._clock()
+        learned = callers.get(caller)
+        if learned is None or learned.until <= now:  # learned anew once it lapsed
+            learned = Learned(now + ttl, {})
+        else:  # the earliest end of the listings that agree stands
+            learned = Learned(min(learned.until, now + ttl), learned.tools)
+        callers[caller] = learned
+        known = learned.tools
         for tool in tools:
             if not isinstance(tool, dict) or not isinstance(name := tool.get("name"), str):
                 continue
@@ -105,3 +134,12 @@ class ToolHints:
 def _json(value: Mapping[str, Any]) -> bytes:
     """Exact comparison: Python's `==` holds `1`, `1.0` and `True` equal; JSON does not."""
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def listing_ttl(result: Any, metadata_ttl: float | None, ttl: float) -> float:
+    """How long a listing's defaults hold: its positive `ttlMs`, else the server's
+    `metadataTTL`, else its `ttl`."""
+    ttl_ms = result.get("ttlMs") if isinstance(result, dict) else None
+    if isinstance(ttl_ms, int | float) and not isinstance(ttl_ms, bool) and ttl_ms > 0:
+        return float(ttl_ms) / 1000
+    return metadata_ttl or ttl

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
+
+from .reading import key_default
 
 VOLATILE_META_KEYS: Final = frozenset({"progressToken", "traceparent", "tracestate"})
 """`_meta` members unique to each call: a progress token and W3C trace context."""
@@ -63,6 +65,19 @@ def _without_arguments(params: dict[str, Any], ignored: tuple[str, ...]) -> dict
     return {**params, "arguments": kept}
 
 
+class Sent(NamedTuple):
+    """What else of the request the upstream sees besides its params: the query string
+    as sent, and top-level members JSON-RPC does not define."""
+
+    query: str = ""
+    extra: Mapping[str, Any] | None = None
+    filled: tuple[str, ...] = ()
+    """The arguments filled in from schema defaults (a filled call is filed apart)."""
+
+
+_NOTHING_ELSE: Final = Sent()
+
+
 def cache_key(
     server: str,
     method: str,
@@ -71,6 +86,7 @@ def cache_key(
     identity: Mapping[str, str],
     ignore_arguments: tuple[str, ...] = (),
     public: bool = False,
+    sent: Sent = _NOTHING_ELSE,
 ) -> str:
     """The hex sha256 key of one call; `identity` holds digests and non-secret values
     only (see `policy.identity`).
@@ -79,7 +95,12 @@ def cache_key(
     themselves go into the key, so that entries made under different rules never meet.
     `public`: the key of an entry for every caller (`identity` then holds no caller's
     credential), marked as such, so that it never equals a caller's own key — not even
-    that of a caller who sent no credential at all."""
+    that of a caller who sent no credential at all.
+
+    `params` may hold what `reading.read_exactly` keeps (a number's spelling, every pair
+    of an object that names a member twice): written as sent. `sent`: the query string
+    and members beyond JSON-RPC's, only when there are any (so keys without them stay
+    what they were)."""
     stable = _stable_params(params)
     if ignore_arguments:
         stable = _without_arguments(stable, ignore_arguments)
@@ -94,4 +115,10 @@ def cache_key(
         material["ignored"] = sorted(ignore_arguments)
     if public:
         material["public"] = True
-    return _sha256_hex(orjson.dumps(material, option=orjson.OPT_SORT_KEYS))
+    if sent.query:
+        material["query"] = sent.query
+    if sent.extra:
+        material["members"] = sent.extra
+    if sent.filled:
+        material["filled"] = sent.filled
+    return _sha256_hex(orjson.dumps(material, default=key_default, option=orjson.OPT_SORT_KEYS))

@@ -14,6 +14,7 @@ from typing import Any, Final, Literal
 import orjson
 
 from ..cache.entry import Layout, encode
+from . import reading
 
 CACHEABLE_METHODS: Final = frozenset({"tools/call", "resources/read"})
 METADATA_METHODS: Final = frozenset(
@@ -56,7 +57,11 @@ BypassReason = Literal[
     "disabled",
     "request_state",
     "task",
-    "inexact_number",
+    "unreadable",
+    "batch",
+    "ambiguous_name",
+    "ambiguous_headers",
+    "accept",
     "too_deep",
     "positional_params",
     "tool_rule",
@@ -86,76 +91,121 @@ NotStoredReason = Literal[
 ]
 
 
-class MalformedMessage(ValueError):
-    """The body is not a single JSON-RPC message this proxy can route."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+Doubt = Literal["unreadable", "batch", "ambiguous_name", "too_deep", "positional_params", "accept"]
+"""Why a message cannot be read with certainty (see `read_message`)."""
 
 
 class Message:
     """A decoded client-to-server JSON-RPC message (request, notification or response);
-    the fields the proxy consults are read out once, when the message is parsed."""
+    the fields the proxy consults are read out once, when the message is parsed.
 
-    __slots__ = ("body", "id", "is_request", "method", "params", "positional", "raw")
+    `doubt` says why the sidecar cannot read it with certainty: then it goes upstream
+    as sent and uncached. A message whose method or id is itself in doubt (`unread`) is
+    neither a request nor a notification to the sidecar."""
 
-    def __init__(self, body: dict[str, Any], raw: bytes = b"") -> None:
+    __slots__ = ("body", "doubt", "extra", "id", "is_request", "method", "params", "raw")
+
+    def __init__(self, body: dict[str, Any], raw: bytes = b"", doubt: Doubt | None = None) -> None:
         self.body = body
         self.raw = raw
+        self.doubt = doubt
         method = body.get("method")
         self.method: str | None = method if isinstance(method, str) else None
         self.id: Any = body.get("id")
         self.is_request = self.method is not None and "id" in body
         params = body.get("params")
         self.params: dict[str, Any] = params if isinstance(params, dict) else {}
-        self.positional = isinstance(params, list)
-        """`params` given by position (an array): JSON-RPC allows it, MCP never sends it,
-        and the key only knows params as an object, so such a request is never cached."""
+        self.extra: dict[str, Any] | None = None
+        """Top-level members JSON-RPC does not define: the upstream sees them, so the
+        key holds them."""
+
+    @classmethod
+    def unread(cls, raw: bytes, doubt: Doubt) -> Message:
+        """A body that is not one JSON-RPC message the sidecar can read with certainty."""
+        return cls(_UNREAD, raw, doubt)
 
 
+_UNREAD: Final[dict[str, Any]] = {}
 _MEMBERS: Final = frozenset({"jsonrpc", "id", "method", "params", "result", "error"})
+_FOLDED_MEMBERS: Final = frozenset(name.casefold() for name in _MEMBERS)
 PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
 INVALID_PARAMS: Final = -32602
 HEADER_MISMATCH: Final = -32020
 
 
-def parse_message(raw: bytes) -> Message:
-    """Decode one JSON-RPC message; raise MalformedMessage with the JSON-RPC code."""
+def read_message(raw: bytes) -> Message:
+    """One client message as the sidecar reads it (`reading`), with why it is in doubt.
+
+    Nothing is refused here: a body the sidecar cannot read with certainty is still
+    forwarded, as sent, and answered by the upstream; only the cache steps aside.
+    - not JSON, not an object, not JSON-RPC 2.0, an id or method of the wrong type, or a
+      cacheable method without its name: `unreadable` (the upstream's own error
+      answers it);
+    - a batch (the 2025-03-26 protocol's): `batch`;
+    - a name given twice, or twice after case folding, where the sidecar reads (the
+      top level, `params`, `params._meta`): `ambiguous_name`;
+    - `params` an array: `positional_params` (the key reads params as an object).
+    Top-level members JSON-RPC does not define are kept in `extra`, key material.
+    """
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise MalformedMessage(PARSE_ERROR, f"request body is not valid JSON: {exc}") from exc
+        body = reading.read(raw)
+    except reading.Unreadable as exc:
+        return Message.unread(raw, exc.reason)
     if isinstance(body, list):
-        raise MalformedMessage(INVALID_REQUEST, "JSON-RPC batches are not supported")
+        return Message.unread(raw, "batch")
+    if isinstance(body, reading.Members):
+        return Message.unread(raw, "ambiguous_name")
     if not isinstance(body, dict):
-        raise MalformedMessage(INVALID_REQUEST, "request body must be a JSON-RPC object")
-    if body.get("jsonrpc") != "2.0":
-        raise MalformedMessage(INVALID_REQUEST, 'request body must have "jsonrpc": "2.0"')
-    if not _MEMBERS.issuperset(body):  # `Method` beside `method` is one to Go's reader
-        extra = min(set(body) - _MEMBERS)[:64]
-        raise MalformedMessage(INVALID_REQUEST, f"{extra!r} is not a JSON-RPC member")
-    message = Message(body, raw)
-    method = body.get("method")
-    if "method" in body and not isinstance(method, str):
-        raise MalformedMessage(INVALID_REQUEST, '"method" must be a string')
-    if "params" in body and not isinstance(body["params"], dict | list):
-        raise MalformedMessage(INVALID_REQUEST, '"params" must be an object')
-    if message.is_request:
-        _check_id(body["id"])
+        return Message.unread(raw, "unreadable")
+    extra = [name for name in body if name not in _MEMBERS]
+    if any(name.casefold() in _FOLDED_MEMBERS for name in extra):
+        return Message.unread(raw, "ambiguous_name")  # `Method` is `method` to Go
+    if body.get("jsonrpc") != "2.0" or not _valid_id(body):
+        return Message.unread(raw, "unreadable")
+    if "method" in body and not isinstance(body["method"], str):
+        return Message.unread(raw, "unreadable")
+    message = Message(body, raw, _params_doubt(body))
+    if isinstance(message.id, reading.Spelling):  # an id a hit could not write back
+        message.doubt = "unreadable"
+    if extra:
+        message.extra = {name: body[name] for name in extra}
+    if message.is_request and message.doubt is None:
         name_key = NAME_PARAM.get(message.method or "")
-        needs_name = name_key is not None and message.method in CACHEABLE_METHODS
-        if needs_name and not isinstance(message.params.get(name_key or ""), str):
-            raise MalformedMessage(
-                INVALID_PARAMS, f'{message.method} needs a string "{name_key}" in params'
-            )
+        if message.method in CACHEABLE_METHODS and not isinstance(
+            message.params.get(name_key or ""), str
+        ):
+            message.doubt = "unreadable"
     return message
 
 
-def _check_id(value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, str | int | float | type(None)):
-        raise MalformedMessage(INVALID_REQUEST, '"id" must be a string or a number')
+def _valid_id(body: dict[str, Any]) -> bool:
+    if "id" not in body:
+        return True
+    value = body["id"]
+    if isinstance(value, reading.Spelling):
+        return True
+    return not isinstance(value, bool) and isinstance(value, str | int | float | type(None))
+
+
+def _params_doubt(body: dict[str, Any]) -> Doubt | None:
+    if "params" not in body:
+        return None
+    params = body["params"]
+    if isinstance(params, list):
+        return "positional_params"
+    if isinstance(params, reading.Members):
+        return "ambiguous_name"
+    if not isinstance(params, dict):
+        return "unreadable"
+    if reading.folded_twice(list(params)) is not None:
+        return "ambiguous_name"
+    meta = params.get("_meta")
+    if meta is not None and reading.folded_twice(reading.names_of(meta)) is not None:
+        return "ambiguous_name"
+    if isinstance(meta, reading.Members):
+        return "ambiguous_name"
+    return None
 
 
 def decode_header_value(value: str) -> str:
@@ -182,6 +232,7 @@ def routing_header_mismatch(headers: Mapping[str, str], message: Message) -> str
     if (
         header_name is not None
         and name_key is not None
+        and isinstance(message.body.get("params"), dict)  # else the upstream judges
         and decode_header_value(header_name) != message.params.get(name_key)
     ):
         return f"Mcp-Name header does not match the request body's {name_key!r} parameter"

@@ -30,6 +30,7 @@ from .callers import (
     Caller,
     anyone_identity,
     caller_of,
+    credential_digest,
     public_keyed,
     unambiguous_caller,
 )
@@ -43,7 +44,7 @@ from .callers import (
     identity as identity,
 )
 from .hints import ToolHints
-from .key import cache_key, caller_digest, secret_digest
+from .key import Sent, cache_key, caller_digest, secret_digest
 from .messages import (
     CACHEABLE_METHODS,
     METADATA_METHODS,
@@ -51,14 +52,17 @@ from .messages import (
     BypassReason,
     Message,
 )
-from .numbers import has_inexact_number
 
 BYPASS_FWD: Final[dict[BypassReason, str]] = {
     "method": "method",  # the cache does not handle this method
     "disabled": "bypass",  # the server's cache is off
     "request_state": "request",  # the request itself rules the cache out
     "task": "request",  # the caller asked for a task: the work must run
-    "inexact_number": "request",  # a number the key could not tell apart from another
+    "unreadable": "request",  # not one JSON-RPC message the sidecar reads with certainty
+    "batch": "request",  # a JSON-RPC batch: forwarded whole
+    "ambiguous_name": "request",  # a name the sidecar reads given twice (case aside)
+    "ambiguous_headers": "request",  # a credential or the session sent twice, or hidden
+    "accept": "request",  # the client does not take both JSON and an event stream
     "too_deep": "request",  # nested deeper than the key can be written
     "positional_params": "request",  # params as an array: the key reads objects only
     "tool_rule": "bypass",  # the tool's rule turns caching off (or the tool writes)
@@ -68,6 +72,11 @@ BYPASS_FWD: Final[dict[BypassReason, str]] = {
 """RFC 9211 `fwd` values for requests never looked up."""
 
 BYPASS_DETAIL: Final[dict[BypassReason, str]] = {
+    "unreadable": "unreadable",
+    "batch": "batch",
+    "ambiguous_name": "ambiguous-name",
+    "ambiguous_headers": "ambiguous-headers",
+    "accept": "accept",
     "tool_rule": "tool-rule",
     "not_read_only": "not-read-only",
     "positional_params": "positional-params",
@@ -91,6 +100,8 @@ class Bypass:
     reason: BypassReason
     invalidates: tuple[Removal, ...] = ()
     learner: str | None = None
+    credential: str = ""
+    """As `Lookup.credential`: accepted once the upstream answers it with a result."""
 
     @property
     def fwd(self) -> str:
@@ -118,6 +129,15 @@ class Lookup(NamedTuple):
     the caller's own `key` misses ("" otherwise)."""
     learner: str | None = None
     """As `Bypass.learner`: for a `tools/list` whose answer teaches the policy."""
+    credential: str = ""
+    """For a lookup that may meet an entry for every caller: the digest of the caller's
+    credentials ("" for none), which the upstream must have accepted lately before such
+    an entry answers it (`cache.credentials`)."""
+    named_key: str = ""
+    """For a call filled from schema defaults: the key of the call that names those
+    values, looked up (in memory) when `key` misses, never stored under: the answer to
+    a filled call is filed under `key`, apart, since the server may have changed the
+    default since its listing ("" otherwise)."""
 
 
 def bypass_reason(server: Server, message: Message) -> BypassReason | None:
@@ -126,6 +146,8 @@ def bypass_reason(server: Server, message: Message) -> BypassReason | None:
     List methods and `server/discover` are looked up only on servers with a
     `metadataTTL`; the key rules are the same as for calls (every cursor is its own
     page, every caller its own entry)."""
+    if message.method is None and message.doubt is not None:
+        return message.doubt  # not even its method is certain
     if not message.is_request:
         return "method"
     if message.method in METADATA_METHODS:
@@ -133,8 +155,8 @@ def bypass_reason(server: Server, message: Message) -> BypassReason | None:
             return "method"
     elif message.method not in CACHEABLE_METHODS:
         return "method"
-    if message.positional:
-        return "positional_params"
+    if message.doubt is not None:
+        return message.doubt
     params = message.params
     if not REQUEST_STATE_PARAMS.isdisjoint(params):
         return "request_state"
@@ -142,8 +164,6 @@ def bypass_reason(server: Server, message: Message) -> BypassReason | None:
         return "task"
     if not server.cache.enabled:
         return "disabled"
-    if has_inexact_number(message.raw):
-        return "inexact_number"
     return None
 
 
@@ -190,13 +210,16 @@ def plan(
     raw_headers: Sequence[tuple[str, str]],
     app_id: str,
     hints: ToolHints | None = None,
+    query: str = "",
 ) -> Bypass | Lookup:
-    """Look this request up, and under which key, or forward it untouched.
+    """Look this request up, and under which key, or forward it untouched (and what it
+    removes once it answers, when it may write).
 
-    Raises `RequestRefused` when the headers the key depends on are ambiguous.
-    """
+    `query` is the request's query string: the upstream sees it, so the key holds it."""
     cache = server.cache
     reason = bypass_reason(server, message)
+    if reason is not None and reason == message.doubt:
+        return Bypass(reason, doubtful_writes(server, message))
     rule = tool_rule(server, message) if cache.tools else None
     tool: str | None = None
     params = filled = message.params
@@ -205,19 +228,34 @@ def plan(
         tool = params["name"]
         if rule is not None or cache.only_read_only_tools:
             reason = tool_bypass(server, rule, tool, hints or ToolHints())
+        defaults: Mapping[str, object] = {}
         if reason is None and cache.fill_schema_defaults and hints is not None:
             caller = unambiguous_caller(server, headers, raw_headers)
             if caller is not None:
                 defaults = hints.defaults(server.name, caller.digest, tool)
-                filled = arguments.with_defaults(params, defaults)
+        if reason is None and arguments.doubtful(
+            params.get("arguments"), read_arguments(server, rule, tool, defaults)
+        ):
+            reason = "ambiguous_name"
+        if reason is None and defaults:
+            filled = arguments.with_defaults(params, defaults)
         if reason is None and rule is not None and rule.skip_if:
             reason = "skip_if" if arguments.skipped(rule, arguments.arguments_of(filled)) else None
     learns = learns_tools(server, message)
     if reason is not None:
         invalidates = writes(rule, message)
         listener = unambiguous_caller(server, headers, raw_headers) if learns else None
-        return Bypass(reason, invalidates, listener.digest if listener is not None else None)
-    keyed, who = caller or caller_of(server, headers, raw_headers)
+        learner = listener.digest if listener is not None else None
+        if not message.is_request or not shares_entries(server):
+            return Bypass(reason, invalidates, learner)
+        ambiguous = len(raw_headers) != len(headers) or "connection" in headers
+        if ambiguous and unambiguous_caller(server, headers, raw_headers) is None:
+            return Bypass(reason, invalidates, learner)  # whose credential is unclear
+        return Bypass(reason, invalidates, learner, credential_digest(server, headers))
+    try:
+        keyed, who = caller or caller_of(server, headers, raw_headers)
+    except RequestRefused:
+        return Bypass("ambiguous_headers")
     method = message.method
     assert method is not None
     # A key for every caller must still name the protocol version the answer was made
@@ -232,8 +270,16 @@ def plan(
     else:
         params = filled
     ignored = rule.ignore_arguments if rule is not None else ()
+    sent = Sent(query, message.extra)
+    named_key = ""
     try:
-        key = cache_key(server.name, method, params, app_id, who, ignored, public)
+        key = cache_key(server.name, method, params, app_id, who, ignored, public, sent)
+        if params is not message.params:  # filled: read the named call's, filed apart
+            named_key = key
+            given = arguments.arguments_of(message.params)
+            names = tuple(sorted(n for n in arguments.arguments_of(params) if n not in given))
+            apart = sent._replace(filled=names)
+            key = cache_key(server.name, method, params, app_id, who, ignored, public, apart)
     except orjson.JSONEncodeError:
         # Nested deeper than a key can be written. (A write never gets here: its rule
         # made it a `tool_rule` bypass.)
@@ -244,7 +290,9 @@ def plan(
     if cache.trust_public_hints and method in SCOPED_RESULTS and versioned:
         shared = public_keyed(keyed, cache.identity_headers)
         anyone = anyone_identity(server, headers, shared, raw_headers)
-        public_key = cache_key(server.name, method, message.params, app_id, anyone, ignored, True)
+        public_key = cache_key(
+            server.name, method, message.params, app_id, anyone, ignored, True, sent
+        )
     if tool is not None:
         ttl = rule.ttl if rule is not None and rule.ttl is not None else cache.ttl
         if cache.tools:  # the values writes `match` on, and whether it is for everyone
@@ -258,7 +306,30 @@ def plan(
     else:
         ttl, scope = cache.metadata_ttl or cache.ttl, Scope(server.name, listing=message.method)
     learner = caller_digest(who) if learns else None
-    return Lookup(key, ttl, scope, session, keyed, public_key, learner)
+    credential = credential_digest(server, headers) if shares_entries(server) else ""
+    return Lookup(key, ttl, scope, session, keyed, public_key, learner, credential, named_key)
+
+
+def shares_entries(server: Server) -> bool:
+    """Whether the server may have entries for every caller (a `scope: public` rule, or
+    `trustPublicHints`): then the upstream's acceptance of credentials is recorded."""
+    cache = server.cache
+    return cache.enabled and (
+        cache.trust_public_hints or any(rule.scope == "public" for rule in cache.tools)
+    )
+
+
+def read_arguments(
+    server: Server, rule: ToolRule | None, tool: str, defaults: Mapping[str, object]
+) -> frozenset[str]:
+    """The argument names the sidecar reads in a call of `tool`: its rule's `skipIf`
+    and `ignoreArguments`, what writes match its entries on, the defaults it fills."""
+    names = set(server.cache.matched_arguments(tool)) if server.cache.tools else set()
+    names.update(defaults)
+    if rule is not None:
+        names.update(rule.skip_if)
+        names.update(rule.ignore_arguments)
+    return frozenset(names)
 
 
 def public_side(lookup: Lookup) -> Lookup:
@@ -268,7 +339,27 @@ def public_side(lookup: Lookup) -> Lookup:
 
 
 def writes(rule: ToolRule | None, message: Message) -> tuple[Removal, ...]:
-    """What a call removes once it answers (nothing unless its tool writes)."""
+    """What a call removes once it answers (nothing unless its tool writes). A write
+    whose matched arguments may be read otherwise by the upstream (a name given twice,
+    case aside) removes every entry of each tool it invalidates."""
     if rule is None or not rule.invalidates:
         return ()
+    if arguments.doubtful(message.params.get("arguments"), rule.matched_names):
+        return rule.invalidated_globs
     return arguments.removals(rule, arguments.arguments_of(message.params))
+
+
+def doubtful_writes(server: Server, message: Message) -> tuple[Removal, ...]:
+    """What a request the sidecar cannot read with certainty removes once it answers:
+    when even its tool may be read otherwise (its method, `params` or the tool's name
+    are in doubt), everything any rule of the server invalidates; else what its tool's
+    rule invalidates, as for any call."""
+    if message.method == "tools/call" and message.doubt in _ARGUMENTS_ONLY:
+        rule = tool_rule(server, message)
+        return rule.invalidated_globs if rule is not None else ()
+    globs = {glob for rule in server.cache.tools for glob in rule.invalidated_globs}
+    return tuple(sorted(globs))
+
+
+_ARGUMENTS_ONLY: Final = frozenset({"accept"})
+"""Doubts that leave the method and the tool's name certain."""

@@ -10,6 +10,9 @@ not merely until the sidecar stops relaying: a request the sidecar gave up on (a
 timeout, a client that left, a broken body) may still be running upstream, and its
 answer would go to the next request with that id. Such an id stays taken for
 `ABANDONED_SECONDS` (or until its session ends), at most `ABANDONED_KEPT` of them.
+
+A body the sidecar could not read (a batch, an id given twice) holds `ANY_ID`: while it
+is in flight, or abandoned, every id of its session counts as reused.
 """
 
 from __future__ import annotations
@@ -21,8 +24,14 @@ from typing import Any, Final
 
 import cachetools
 
+from .reading import Spelling
+
 ABANDONED_SECONDS: Final = 600.0
 ABANDONED_KEPT: Final = 4096
+ANY_ID: Final = object()
+"""The id of a body the sidecar could not read: any of its session's."""
+_ANY_NAME: Final = "\0any"
+"""Its name (an id spelt so by a client is taken for one, which errs towards reuse)."""
 
 
 def id_name(request_id: Any) -> str:
@@ -34,6 +43,8 @@ def id_name(request_id: Any) -> str:
     readings, so that any two ids some server could confuse share it: a number, or text
     that reads as one, is named by its value as a double."""
     number: float | None = None
+    if isinstance(request_id, Spelling):
+        request_id = request_id.text.strip()  # read as the number it spells, below
     if isinstance(request_id, int | float) and not isinstance(request_id, bool):
         number = _as_double(request_id)
     elif isinstance(request_id, str):
@@ -74,14 +85,24 @@ class SessionRequestIds:
         """Ids whose requests the sidecar gave up on before their answers passed."""
 
     def begin(self, session_scope: str, request_id: Any) -> Ticket:
-        ticket = Ticket((session_scope, id_name(request_id)))
+        """`request_id`: the id, or `ANY_ID` for a body whose ids are unknown."""
+        name = _ANY_NAME if request_id is ANY_ID else id_name(request_id)
+        ticket = Ticket((session_scope, name))
         same = self._open.setdefault(ticket.name, [])
         same.append(ticket)
-        if len(same) > 1:
+        anywhere = (session_scope, _ANY_NAME)
+        if name == _ANY_NAME:
+            for key, tickets in self._open.items():
+                if key[0] == session_scope:
+                    for each in tickets:
+                        each.reused = True
+        elif len(same) > 1:
             for each in same:
                 each.reused = True
-        elif ticket.name in self._abandoned:
+        elif ticket.name in self._abandoned or anywhere in self._abandoned:
             ticket.reused = True  # an earlier request with this id may still answer
+        elif anywhere in self._open:
+            ticket.reused = True  # a body of unknown ids is in flight
         return ticket
 
     def end(self, ticket: Ticket, answered: bool) -> None:

@@ -36,6 +36,15 @@ def _parsed_url(url: str) -> URL:
     return URL(url)
 
 
+def upstream_url(url: str, query: str) -> URL:
+    """The server's URL with the client's query string after its own query (if it has
+    one), the client's exactly as it was sent: not decoded, not encoded again."""
+    parsed = _parsed_url(url)
+    if not query:
+        return parsed
+    return URL(f"{parsed}{'&' if parsed.raw_query_string else '?'}{query}", encoded=True)
+
+
 @functools.lru_cache(maxsize=64)
 def _timeout(connect: float, read: float | None) -> aiohttp.ClientTimeout:
     """Servers' timeouts are few too: one (immutable) timeout object for each."""
@@ -133,7 +142,8 @@ class UpstreamClient:
             cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=False,
             trust_env=False,
-            skip_auto_headers=("User-Agent",),
+            # Nothing the client did not send: no `User-Agent`, no `Content-Type` guessed.
+            skip_auto_headers=("User-Agent", "Content-Type"),
         )
         return self._session
 
@@ -145,17 +155,18 @@ class UpstreamClient:
         body: bytes | None,
         connect_timeout: float,
         read_timeout: float | None,
+        query: str = "",
     ) -> UpstreamResponse:
         """Send the request; return once the response's headers have arrived.
 
         `read_timeout` bounds each wait for bytes (None: no bound, for the server's
-        long-lived GET stream)."""
+        long-lived GET stream); `query` is the client's query string."""
         session = self._session or self._open_session()
         timeout = _timeout(connect_timeout, read_timeout)
         try:
             response = await session.request(
                 method,
-                _parsed_url(url),
+                upstream_url(url, query),
                 headers=headers,
                 data=body,
                 timeout=timeout,

@@ -25,7 +25,7 @@ from ..metrics import Metrics
 from ..rules.capture import ResponseCapture
 from ..rules.messages import Verdict
 from ..rules.notices import Notice
-from ..rules.session_ids import Ticket
+from ..rules.session_ids import ANY_ID, Ticket
 from .client import UpstreamClient, UpstreamFailure, UpstreamResponse
 from .relay import Call, Relay
 from .sessions import LegacySessions
@@ -65,6 +65,10 @@ class Outbound:
     """Seconds the upstream may stay silent mid-body (None: no limit, a server stream)."""
     ticketed: bool = False
     """A request whose id is held in its session until its answer has passed."""
+    query: str = ""
+    """The client's query string, exactly as sent (without `?`)."""
+    unknown_ids: bool = False
+    """A ticketed body the sidecar could not read: it holds every id of its session."""
 
 
 class Exchanges:
@@ -95,7 +99,8 @@ class Exchange:
         self.call = Call(server.name, outbound.label, outbound.request_id, time.perf_counter())
         self.ticket: Ticket | None = None
         if outbound.ticketed:
-            self.ticket = exchanges.sessions.ticket(server, outbound.session, outbound.request_id)
+            ticket_id = ANY_ID if outbound.unknown_ids else outbound.request_id
+            self.ticket = exchanges.sessions.ticket(server, outbound.session, ticket_id)
 
     @property
     def id_reused(self) -> bool:
@@ -114,6 +119,7 @@ class Exchange:
                 outbound.body,
                 server.timeout,
                 outbound.idle,
+                outbound.query,
             )
         except BaseException as exc:
             # It may have reached the server: the id stays taken.

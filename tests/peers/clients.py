@@ -148,6 +148,15 @@ async def ask(
     return await post(url, body, headers)
 
 
+async def introduce(url: str, credential: str) -> None:
+    """One request the upstream answers with a result for `credential` (a `tools/list`):
+    from then on the sidecar answers that credential from entries for every caller
+    (it answers them only to credentials the upstream accepted lately)."""
+    response = await ask(url, "tools/list", "introduce", credential)
+    assert response.status_code == 200, response.text
+    assert "result" in response.json(), response.text
+
+
 def first_text(response: httpx.Response) -> str:
     """The first text item of a JSON answer's result."""
     text: str = response.json()["result"]["content"][0]["text"]

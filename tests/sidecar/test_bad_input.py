@@ -1,4 +1,6 @@
-"""Bad input gets a precise HTTP status and JSON-RPC error, caches nothing, breaks nothing."""
+"""Bad input: what the sidecar cannot read goes upstream as sent and uncached; what an
+intermediary must refuse gets a precise HTTP status and JSON-RPC error; nothing is
+cached, nothing breaks."""
 
 from __future__ import annotations
 
@@ -15,87 +17,144 @@ def body(value: object) -> bytes:
     return json.dumps(value).encode()
 
 
-CASES = [
-    pytest.param(b"{not json", JSON_HEADERS, 400, -32700, id="malformed-json"),
-    pytest.param(b'"a string"', JSON_HEADERS, 400, -32600, id="non-object"),
-    pytest.param(body([call_body(1, "echo", {})]), JSON_HEADERS, 400, -32600, id="batch"),
+FORWARDED = [
+    pytest.param(b"{not json", JSON_HEADERS, "unreadable", id="malformed-json"),
+    pytest.param(b'"a string"', JSON_HEADERS, "unreadable", id="non-object"),
+    pytest.param(body([call_body(1, "echo", {})]), JSON_HEADERS, "batch", id="batch"),
     pytest.param(
-        b'{"id": 1, "method": "tools/call"}', JSON_HEADERS, 400, -32600, id="no-jsonrpc-version"
+        b'{"id": 1, "method": "tools/call"}', JSON_HEADERS, "unreadable", id="no-jsonrpc-version"
     ),
     pytest.param(
         b'{"jsonrpc": "2.0", "id": 1, "method": 7}',
         JSON_HEADERS,
-        400,
-        -32600,
+        "unreadable",
         id="method-not-string",
     ),
     pytest.param(
-        b'{"jsonrpc": "2.0", "id": {}, "method": "ping"}', JSON_HEADERS, 400, -32600, id="id-object"
+        b'{"jsonrpc": "2.0", "id": {}, "method": "ping"}',
+        JSON_HEADERS,
+        "unreadable",
+        id="id-object",
     ),
     pytest.param(
         b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"\xff"}}',
         JSON_HEADERS,
-        400,
-        -32700,
+        "unreadable",
         id="invalid-utf8",
     ),
-    pytest.param(b"[" * 5000 + b"]" * 5000, JSON_HEADERS, 400, -32700, id="deeply-nested"),
+    pytest.param(b"[" * 5000 + b"]" * 5000, JSON_HEADERS, "too-deep", id="deeply-nested"),
+    pytest.param(
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo",'
+        b'"arguments":{"text":NaN}}}',
+        JSON_HEADERS,
+        "unreadable",
+        id="nan-python-reads-and-orjson-does-not",
+    ),
     pytest.param(
         body(call_body(1, "echo", {})),
         {**JSON_HEADERS, "content-type": "text/plain"},
-        415,
-        -32600,
+        "unreadable",
         id="wrong-content-type",
     ),
     pytest.param(
         body(call_body(1, "echo", {})),
         {k: v for k, v in JSON_HEADERS.items() if k != "content-type"},
-        415,
-        -32600,
+        "unreadable",
         id="no-content-type",
     ),
     pytest.param(
         body(call_body(1, "echo", {})),
         {**JSON_HEADERS, "accept": "text/html"},
-        406,
-        -32600,
+        "accept",
         id="wrong-accept",
     ),
     pytest.param(
         body({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"arguments": {}}}),
         {k: v for k, v in JSON_HEADERS.items() if k != "mcp-name"},
-        400,
-        -32602,
+        "unreadable",
         id="tools-call-without-name",
     ),
     pytest.param(
         body({"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {}}),
         {k: v for k, v in JSON_HEADERS.items() if k not in ("mcp-name", "mcp-method")},
-        400,
-        -32602,
+        "unreadable",
         id="resources-read-without-uri",
     ),
+    pytest.param(
+        body({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": None}),
+        {k: v for k, v in JSON_HEADERS.items() if k != "mcp-name"},
+        "unreadable",
+        id="params-null",
+    ),
+    pytest.param(
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","Name":"x"}}',
+        JSON_HEADERS,
+        "ambiguous-name",
+        id="name-twice-case-aside",
+    ),
+    pytest.param(
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","Method":"x","params":{"name":"echo"}}',
+        JSON_HEADERS,
+        "ambiguous-name",
+        id="json-rpc-member-twice-case-aside",
+    ),
 ]
+"""What the sidecar cannot read with certainty: forwarded as sent, answered by the
+upstream (here as the upstream answers it directly), never stored."""
 
 
-@pytest.mark.parametrize(("content", "headers", "status", "code"), CASES)
-async def test_bad_requests_get_a_precise_error_and_change_nothing(
+@pytest.mark.parametrize(("content", "headers", "detail"), FORWARDED)
+async def test_what_the_sidecar_cannot_read_is_answered_as_directly_and_stores_nothing(
+    sidecar, json_upstream, content: bytes, headers: dict[str, str], detail: str
+) -> None:
+    peer, app = json_upstream
+    posts = peer.http["POST"]
+    async with http_client() as http:
+        direct = await http.post(app.base_url + "/mcp", content=content, headers=headers)
+        response = await http.post(sidecar.url("json"), content=content, headers=headers)
+        assert peer.http["POST"] == posts + 2
+        assert (response.status_code, response.content) == (direct.status_code, direct.content)
+        assert response.headers["cache-status"] == f"mcpcache; fwd=request; detail={detail}"
+        assert len(sidecar.sidecar.cache) == 0
+        healthy = await http.post(
+            sidecar.url("json"), json=call_body(2, "echo", {"text": "ok"}), headers=JSON_HEADERS
+        )
+        assert healthy.status_code == 200
+
+
+REFUSED = [
+    pytest.param(
+        body(call_body(1, "echo", {})),
+        {**JSON_HEADERS, "mcp-method": "tools/list"},
+        400,
+        -32020,
+        id="mcp-method-disagrees-with-the-body",  # the transport: MUST reject, -32020
+    ),
+    pytest.param(
+        body(call_body(1, "echo", {})),
+        {**JSON_HEADERS, "mcp-name": "other"},
+        400,
+        -32020,
+        id="mcp-name-disagrees-with-the-body",  # the transport: MUST reject, -32020
+    ),
+]
+"""What the sidecar itself refuses, each for the rule that makes an intermediary refuse
+it (the size and header limits, which protect the sidecar, are tested below)."""
+
+
+@pytest.mark.parametrize(("content", "headers", "status", "code"), REFUSED)
+async def test_what_the_specification_makes_an_intermediary_refuse_is_refused_precisely(
     sidecar, json_upstream, content: bytes, headers: dict[str, str], status: int, code: int
 ) -> None:
     peer, _ = json_upstream
     posts = peer.http["POST"]
     async with http_client() as http:
         response = await http.post(sidecar.url("json"), content=content, headers=headers)
-        assert response.status_code == status
-        assert response.headers["content-type"] == "application/json"
-        assert response.json()["error"]["code"] == code
-        assert response.json()["jsonrpc"] == "2.0"
-        assert peer.http["POST"] == posts
-        assert len(sidecar.sidecar.cache) == 0
-        healthy = await http.post(
-            sidecar.url("json"), json=call_body(2, "echo", {"text": "ok"}), headers=JSON_HEADERS
-        )
-        assert healthy.status_code == 200
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["error"]["code"] == code
+    assert peer.http["POST"] == posts
+    assert len(sidecar.sidecar.cache) == 0
 
 
 async def test_a_body_over_the_limit_gets_413(make_sidecar, json_upstream) -> None:

@@ -163,8 +163,8 @@ def test_only_a_pattern_of_stars_catches_every_tool() -> None:
 
 
 def test_argument_values_compare_as_loose_text_and_objects_not_at_all() -> None:
-    assert value_text(True) == "true"
-    assert value_text(False) == "false"
+    assert value_text(True) == value_text("true") == value_text(1) == "1"
+    assert value_text(False) == value_text("false") == value_text(0) == "0"
     assert value_text(None) == "null"
     assert value_text(2.0) == "2"
     assert value_text(2.5) == "2.5"

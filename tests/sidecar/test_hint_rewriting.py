@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from peers.clients import answer, mcp_client, unique
+from peers.clients import answer, introduce, mcp_client, unique
 from peers.serving import ServedApp
 from peers.sidecar import one_server
 from peers.upstream import Upstream
@@ -121,6 +121,7 @@ async def test_a_rewritten_result_kept_for_every_caller_stays_public(
     sidecar = make_sidecar(server)
     uri = f"doc://{unique()}"
     miss = await sidecar.ask("resources/read", 1, "Bearer alice", uri=uri)
+    await introduce(sidecar.url("s"), "Bearer bob")
     hit = await sidecar.ask("resources/read", 2, "Bearer bob", uri=uri)
     assert hit.headers["cache-status"] == "mcpcache; hit; detail=public"
     for response in (miss, hit):

@@ -187,29 +187,36 @@ async def test_protocol_versions_never_share_an_entry(sidecar_on_echo, echo_upst
         ("0.1", "0.10000000000000000555"),
         ("123456789012345678901234567890", "123456789012345678901234567891"),
         ("0.0", "1e-400"),
+        ("1.0", "1.00"),
+        ("100.0", "1e2"),
     ],
 )
 async def test_numbers_a_double_cannot_hold_never_share_an_entry(
     sidecar_on_echo, echo_upstream, one: str, other: str
 ) -> None:
+    # Each number is keyed by its spelling: both are cached, each under its own entry.
     peer, _app = echo_upstream
     calls = peer.calls
-    statuses = []
-    for number in (one, other):
+    account = unique()
+    answers: dict[str, list[Any]] = {}
+    for number in (one, other, one, other):
         body = (
             '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":'
-            '{"name":"t","arguments":{"account":' + number + "}}}"
+            '{"name":"t","arguments":{"n":' + number + ',"account":"' + account + '"}}}'
         )
         async with http_client(timeout=30) as http:
             response = await http.post(
                 sidecar_on_echo.url("echo"), content=body, headers=call_headers("t")
             )
-        statuses.append(response.headers["cache-status"])
+        answers.setdefault(number, []).append(
+            (response.headers["cache-status"], who_answered(response.json())["call"])
+        )
     assert peer.calls == calls + 2
-    if one in ("0.1", "0.0"):
-        assert statuses == ["mcpcache; fwd=miss; stored", "mcpcache; fwd=request"]
-    else:
-        assert statuses == ["mcpcache; fwd=request"] * 2
+    for number in (one, other):
+        (first, first_call), (second, second_call) = answers[number]
+        assert (first, second) == ("mcpcache; fwd=miss; stored", "mcpcache; hit")
+        assert first_call == second_call
+    assert answers[one][0][1] != answers[other][0][1]
 
 
 @pytest.mark.parametrize(
@@ -221,20 +228,28 @@ async def test_numbers_a_double_cannot_hold_never_share_an_entry(
         [("mcp-session-id", "s"), ("connection", "keep-alive, Mcp-Session-Id")],
     ],
 )
-async def test_ambiguous_credentials_are_refused(sidecar_on_echo, echo_upstream, headers) -> None:
+async def test_ambiguous_credentials_go_upstream_uncached(
+    sidecar_on_echo, echo_upstream, headers
+) -> None:
+    # Once refused; now the upstream decides whom it serves, and the cache steps aside:
+    # nothing is looked up, nothing stored, each repeat goes upstream.
     peer, _ = echo_upstream
     calls = peer.calls
     base = list(call_headers("t").items())
-    async with http_client(timeout=30) as http:
-        response = await http.post(
-            sidecar_on_echo.url("echo"),
-            content=httpx.Request("POST", "/", json=call_body(1, "t", {})).read(),
-            headers=base + headers,
+    for request_id in (1, 2):
+        async with http_client(timeout=30) as http:
+            response = await http.post(
+                sidecar_on_echo.url("echo"),
+                content=httpx.Request("POST", "/", json=call_body(request_id, "t", {})).read(),
+                headers=base + headers,
+            )
+        assert response.status_code == 200
+        assert response.headers["cache-status"] == (
+            "mcpcache; fwd=request; detail=ambiguous-headers"
         )
-    assert response.status_code == 400
-    assert response.json()["error"]["code"] == -32600
-    assert response.json()["id"] == 1
-    assert peer.calls == calls
+        assert response.json()["id"] == request_id
+    assert peer.calls == calls + 2
+    assert len(sidecar_on_echo.sidecar.cache) == 0
 
 
 async def test_task_requests_and_task_results_are_never_cached(
@@ -508,6 +523,22 @@ def test_no_answer_is_ever_one_produced_for_another_identity(sidecar_on_echo) ->
     assert hits > 0
 
 
+def _doubt_sidecar(make_sidecar: Any, app: ServedApp) -> RunningSidecar:
+    rules = [
+        {"name": "t", "scope": "public", "enabled": True},
+        {"name": "w", "invalidates": ["t"]},
+        {"name": "off", "enabled": False},
+    ]
+    server = one_server(app.base_url + "/mcp", name="echo", tools=rules, onlyReadOnlyTools=True)
+    return make_sidecar(server)
+
+
+def _raw_headers() -> dict[str, str]:
+    headers = {k: v for k, v in call_headers("t").items() if not k.startswith("mcp-")}
+    headers["mcp-protocol-version"] = call_headers("t")["mcp-protocol-version"]
+    return headers
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -516,39 +547,84 @@ def test_no_answer_is_ever_one_produced_for_another_identity(sidecar_on_echo) ->
         # would read one call while the upstream ran another.
         '"method":"tools/call","params":{"name":"t"},"Params":{"name":"read_my_mail"}',
         '"method":"tools/call","params":{"name":"t"},"param\\u017f":{"name":"read_my_mail"}',
-        '"method":"tools/call","params":{"name":"t","arguments":{"city":"Paris","City":"Rome"}}',
         '"method":"tools/call","params":{"name":"off","arguments":{},"Name":"w"}',
-        '"method":"tools/call","params":{"name":"t","arguments":{"deep":[{"a":1,"A":2}]}}',
         # A write the sidecar would read as a response, or as a method it passes by.
         '"Method":"tools/call","params":{"name":"w","arguments":{}}',
         '"method":"ping","Method":"tools/call","params":{"name":"w","arguments":{}}',
-        '"method":"tools/call","params":{"name":"t","arguments":{}},"extra":1',
         # A listing the policy learns from, read upstream as a call.
         '"method":"tools/list","Method":"tools/call","Params":{"name":"t","arguments":{}}',
+        # The method or the tool given twice: which one runs is the parser's choice.
+        '"method":"tools/list","method":"tools/call","params":{"name":"w","arguments":{}}',
+        '"method":"tools/call","params":{"name":"t","name":"w","arguments":{}}',
     ],
 )
-async def test_a_request_an_upstream_may_read_otherwise_is_refused_before_it_goes_upstream(
+async def test_a_request_an_upstream_may_read_otherwise_is_never_stored_and_drops_what_writes_reach(
     make_sidecar, echo_upstream, body: str
 ) -> None:
+    # Once refused; now it goes upstream as sent. Nothing it answers is stored or
+    # shared, a repeat goes upstream again, and since it may be the write `w`, the
+    # entries `w` invalidates are gone once it answered.
     peer, app = echo_upstream
-    rules = [
-        {"name": "t", "scope": "public", "enabled": True},
-        {"name": "w", "invalidates": ["t"]},
-        {"name": "off", "enabled": False},
-    ]
-    server = one_server(app.base_url + "/mcp", name="echo", tools=rules, onlyReadOnlyTools=True)
-    sidecar = make_sidecar(server)
+    sidecar = _doubt_sidecar(make_sidecar, app)
+    stored = await post(sidecar.url("echo"), call_body(1, "t", {"q": unique()}), call_headers("t"))
+    assert stored.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    assert sidecar.sample("mcpcache_cache_entries") == 1
     raw = '{"jsonrpc":"2.0","id":"dup",' + body + "}"
-    headers = {k: v for k, v in call_headers("t").items() if not k.startswith("mcp-")}
-    headers["mcp-protocol-version"] = call_headers("t")["mcp-protocol-version"]
     calls = peer.calls
     async with http_client(timeout=10) as http:
-        response = await http.post(sidecar.url("echo"), content=raw, headers=headers)
-    assert response.status_code == 400, response.text
-    error = response.json()
-    assert error["error"]["code"] == -32600
-    assert peer.calls == calls, "nothing went upstream"
+        for _ in range(2):
+            response = await http.post(sidecar.url("echo"), content=raw, headers=_raw_headers())
+            assert response.status_code == 200, response.text
+            assert response.headers["cache-status"] == (
+                "mcpcache; fwd=request; detail=ambiguous-name"
+            )
+    assert peer.calls == calls + 2, "both went upstream"
     assert sidecar.sample("mcpcache_cache_entries") == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "sibling"),
+    [
+        (
+            '"method":"tools/call","params":{"name":"t","arguments":{"city":"Paris","City":"Rome"}}',
+            '"method":"tools/call","params":{"name":"t","arguments":{"city":"Paris"}}',
+        ),
+        (
+            '"method":"tools/call","params":{"name":"t","arguments":{"deep":[{"a":1,"A":2}]}}',
+            '"method":"tools/call","params":{"name":"t","arguments":{"deep":[{"a":1}]}}',
+        ),
+        (
+            '"method":"tools/call","params":{"name":"t","arguments":{}},"extra":1',
+            '"method":"tools/call","params":{"name":"t","arguments":{}}',
+        ),
+        (
+            '"method":"tools/call","params":{"name":"t","arguments":{"q":"a","q":"b"}}',
+            '"method":"tools/call","params":{"name":"t","arguments":{"q":"b"}}',
+        ),
+    ],
+)
+async def test_names_no_rule_reads_are_keyed_whole_so_only_the_same_body_meets_the_entry(
+    make_sidecar, echo_upstream, body: str, sibling: str
+) -> None:
+    # Free-form arguments (a headers map, user JSON) and members beyond JSON-RPC's are
+    # cached as sent: the key holds every member, so a body any upstream may read
+    # otherwise never meets the entry (here one for every caller: `t` is public).
+    peer, app = echo_upstream
+    sidecar = _doubt_sidecar(make_sidecar, app)
+    statuses = []
+    calls = peer.calls
+    async with http_client(timeout=10) as http:
+        for each in (body, body, sibling):
+            raw = '{"jsonrpc":"2.0","id":"x",' + each + "}"
+            response = await http.post(sidecar.url("echo"), content=raw, headers=_raw_headers())
+            assert response.status_code == 200, response.text
+            statuses.append(response.headers["cache-status"])
+    assert statuses == [
+        "mcpcache; fwd=miss; stored",
+        "mcpcache; hit; detail=public",
+        "mcpcache; fwd=miss; stored",
+    ]
+    assert peer.calls == calls + 2
 
 
 def first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -586,28 +662,33 @@ def first_wins_upstream() -> Iterator[tuple[FirstWinsRecorder, ServedApp]]:
 
 
 @pytest.mark.parametrize(
-    "params",
+    ("params", "said", "cached"),
     [
-        '{"name":"t","arguments":{"q":"secret","q":"x"}}',
-        '{"name":"read_my_mail","name":"t","arguments":{"q":"x"}}',
+        ('{"name":"t","arguments":{"q":"secret","q":"x"}}', {"q": "secret"}, True),
+        ('{"name":"read_my_mail","name":"t","arguments":{"q":"x"}}', {"q": "x"}, False),
     ],
 )
-async def test_a_name_given_twice_reaches_a_first_wins_upstream_once_as_the_key_read_it(
-    make_sidecar, first_wins_upstream, params: str
+async def test_a_name_given_twice_goes_as_sent_and_never_answers_the_body_the_sidecar_would_read(
+    make_sidecar, first_wins_upstream, params: str, said: dict[str, Any], cached: bool
 ) -> None:
-    # orjson keeps the last of two names and this upstream the first: the upstream gets
-    # the message as the sidecar read it, never the client's bytes.
+    # orjson keeps the last of two names and this upstream the first. The upstream gets
+    # the client's bytes; the answer it gave is never filed where the body orjson would
+    # read (the last names) is looked up — here an entry for every caller.
     peer, app = first_wins_upstream
     public = [{"name": "t", "scope": "public", "enabled": True}]
     sidecar = make_sidecar(one_server(app.base_url + "/mcp", name="echo", tools=public))
     raw = '{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":' + params + "}"
     async with http_client(timeout=10) as http:
         response = await http.post(sidecar.url("echo"), content=raw, headers=call_headers("t"))
-    assert response.status_code == 200, response.text
-    said = json.loads(response.json()["result"]["content"][0]["text"])
-    assert said == {"name": "t", "arguments": {"q": "x"}}
-    assert b"secret" not in peer.bodies[-1]
-    assert b"read_my_mail" not in peer.bodies[-1]
+        assert response.status_code == 200, response.text
+        assert peer.bodies[-1] == raw.encode()
+        answer = json.loads(response.json()["result"]["content"][0]["text"])
+        assert answer["arguments"] == said
+        assert sidecar.sample("mcpcache_cache_entries") == (1 if cached else 0)
+        plain = call_body(2, "t", {"q": "x"})
+        later = await http.post(sidecar.url("echo"), json=plain, headers=call_headers("t"))
+    assert later.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    assert json.loads(later.json()["result"]["content"][0]["text"])["arguments"] == {"q": "x"}
 
 
 @pytest.mark.parametrize(("method", "depth"), [("ping", 260), ("ping", 600), ("tools/call", 600)])
@@ -631,7 +712,7 @@ async def test_bodies_nested_deeper_than_orjson_writes_go_as_written(
         assert response.headers["cache-status"] == "mcpcache; fwd=request; detail=too-deep"
 
 
-async def test_nesting_too_deep_to_read_exactly_is_a_clear_refusal(
+async def test_nesting_too_deep_to_read_exactly_goes_upstream_uncached(
     make_sidecar, echo_upstream
 ) -> None:
     peer, app = echo_upstream
@@ -643,6 +724,6 @@ async def test_nesting_too_deep_to_read_exactly_is_a_clear_refusal(
         response = await http.post(
             sidecar.url("echo"), content=raw + nested + "}}", headers=call_headers("t")
         )
-    assert response.status_code == 400, response.text
-    assert "nested too deeply" in response.json()["error"]["message"]
-    assert peer.calls == calls
+    assert response.headers["cache-status"] == "mcpcache; fwd=request; detail=too-deep"
+    assert peer.calls == calls + 1
+    assert len(sidecar.sidecar.cache) == 0

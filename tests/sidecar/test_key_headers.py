@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from mcpcache.sidecar.config import ConfigError, Server, parse_config
 from mcpcache.sidecar.rules import policy
 from mcpcache.sidecar.rules.headers import NOT_KEY_MATERIAL, forwarded
-from mcpcache.sidecar.rules.messages import parse_message
+from mcpcache.sidecar.rules.messages import read_message
 from peers.clients import call_body, call_headers, http_client, unique
 from peers.echo import EchoUpstream, who_answered
 from peers.serving import ServedApp
@@ -157,7 +157,7 @@ _NAME = st.from_regex(r"[a-z][a-z0-9!#$%&'*+.^`|~-]{0,30}", fullmatch=True).filt
 )
 _VALUE = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40)
 _SERVER = Server.model_validate({"name": "s", "url": "http://u/mcp", "cache": {"enabled": True}})
-_MESSAGE = parse_message(
+_MESSAGE = read_message(
     b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{}}}'
 )
 

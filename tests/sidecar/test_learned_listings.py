@@ -72,10 +72,13 @@ async def test_a_listing_for_every_caller_teaches_no_defaults_to_those_it_answer
     sidecar = make_sidecar(one_server(app.base_url + "/mcp", **cache))
     first = await ask(sidecar.url("s"), "tools/list", 1, "Bearer alice")
     assert first.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    # An entry for every caller answers a credential the upstream accepted: Bob's first.
+    read = await ask(sidecar.url("s"), "resources/read", 9, "Bearer bob", uri="doc://a")
+    assert read.status_code == 200
     seen = await ask(sidecar.url("s"), "tools/list", 2, "Bearer bob")
     assert seen.headers["cache-status"] == "mcpcache; hit; detail=public"
-    await call_twice(sidecar.url("s"), "Bearer bob", [{}, {"v": "Bearer alice"}])
-    assert peer.calls == 2, "Alice's default never fills Bob's call"
+    await call_twice(sidecar.url("s"), "Bearer bob", [{"v": "Bearer alice"}, {}])
+    assert peer.calls == 3, "Alice's default never fills Bob's call"
 
 
 async def test_a_server_at_a_new_url_is_not_taught_by_the_old_servers_listing(

@@ -1,5 +1,5 @@
-"""MCP message rules as pure functions: decoding a request (each refusal with its
-JSON-RPC code and words), the routing headers, judging a final response, and framing a
+"""MCP message rules as pure functions: reading a request (each doubt that sends it
+upstream uncached), the routing headers, judging a final response, and framing a
 stored result under the caller's id."""
 
 from __future__ import annotations
@@ -11,10 +11,6 @@ import orjson
 import pytest
 
 from mcpcache.sidecar.rules.messages import (
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    PARSE_ERROR,
-    MalformedMessage,
     Message,
     Verdict,
     cache_scope,
@@ -24,10 +20,11 @@ from mcpcache.sidecar.rules.messages import (
     is_server_request,
     judge_response,
     method_label,
-    parse_message,
+    read_message,
     routing_header_mismatch,
 )
 from mcpcache.sidecar.rules.numbers import _number_shapes, has_inexact_number
+from mcpcache.sidecar.rules.reading import Spelling
 
 
 def encoded(body: Any) -> bytes:
@@ -39,19 +36,20 @@ def test_a_message_built_without_its_bytes_has_none() -> None:
 
 
 @pytest.mark.parametrize(
-    ("extra", "named"),
+    ("extra", "doubt", "kept"),
     [
-        ({"Method": "tools/list"}, "'Method' is not a JSON-RPC member"),
-        ({"zz": 1, "Aa": 2}, "'Aa' is not a JSON-RPC member"),
-        ({"m" * 100: 1}, f"{'m' * 64!r} is not a JSON-RPC member"),
+        ({"Method": "tools/list"}, "ambiguous_name", None),  # `method` to Go's reader
+        ({"ID": 2}, "ambiguous_name", None),
+        ({"zz": 1, "Aa": 2}, None, {"zz": 1, "Aa": 2}),
+        ({"m" * 100: 1}, None, {"m" * 100: 1}),
     ],
 )
-def test_a_member_json_rpc_does_not_define_is_named_in_the_refusal(
-    extra: dict[str, Any], named: str
+def test_a_member_json_rpc_does_not_define_is_key_material_unless_it_folds_to_one(
+    extra: dict[str, Any], doubt: str | None, kept: dict[str, Any] | None
 ) -> None:
-    with pytest.raises(MalformedMessage) as refused:
-        parse_message(encoded({"jsonrpc": "2.0", "id": 1, "method": "ping", **extra}))
-    assert (refused.value.code, str(refused.value)) == (INVALID_REQUEST, named)
+    message = read_message(encoded({"jsonrpc": "2.0", "id": 1, "method": "ping", **extra}))
+    assert (message.doubt, message.extra) == (doubt, kept)
+    assert message.is_request is (doubt is None)
 
 
 @pytest.mark.parametrize(
@@ -76,8 +74,9 @@ def test_a_results_own_cache_scope_counts_only_as_the_protocol_spells_it(
 
 def test_a_request_is_read_once_into_its_fields() -> None:
     raw = encoded({"jsonrpc": "2.0", "id": "a", "method": "tools/call", "params": {"name": "t"}})
-    message = parse_message(raw)
+    message = read_message(raw)
     assert (message.method, message.id, message.is_request) == ("tools/call", "a", True)
+    assert message.doubt is None
     assert message.params == {"name": "t"}
     assert message.raw == raw
     assert message.body["params"] is message.params
@@ -106,58 +105,69 @@ def test_notifications_responses_and_odd_params(
 
 
 @pytest.mark.parametrize(
-    ("raw", "code", "words"),
+    ("raw", "doubt"),
     [
-        (b"{nope", PARSE_ERROR, "request body is not valid JSON: "),
-        (b"[]", INVALID_REQUEST, "JSON-RPC batches are not supported"),
-        (b'"text"', INVALID_REQUEST, "request body must be a JSON-RPC object"),
+        (b"{nope", "unreadable"),
+        (b"[]", "batch"),
+        (b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]', "batch"),
+        (b'"text"', "unreadable"),
+        (b'{"id": 1, "method": "ping"}', "unreadable"),
+        (b'{"jsonrpc": "1.0", "id": 1}', "unreadable"),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": 7}', "unreadable"),
+        (b'{"jsonrpc": "2.0", "id": true, "method": "m"}', "unreadable"),
+        (b'{"jsonrpc": "2.0", "id": [1], "method": "m"}', "unreadable"),
+        (b'{"jsonrpc": "2.0", "id": 1, "id": 2, "method": "m"}', "ambiguous_name"),
+        (b'\xff{"jsonrpc": "2.0"}', "unreadable"),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "m", "params": {"n": NaN}}', "unreadable"),
+    ],
+)
+def test_what_the_sidecar_cannot_read_as_one_message_is_unread_but_kept(
+    raw: bytes, doubt: str
+) -> None:
+    message = read_message(raw)
+    assert (message.doubt, message.method, message.is_request) == (doubt, None, False)
+    assert message.raw == raw
+
+
+def test_an_id_spelt_otherwise_than_its_value_is_a_request_in_doubt() -> None:
+    message = read_message(b'{"jsonrpc": "2.0", "id": 1.0e0, "method": "m"}')
+    assert (message.doubt, message.is_request) == ("unreadable", True)
+    assert message.id == Spelling("1.0e0")
+
+
+@pytest.mark.parametrize(
+    ("raw", "doubt"),
+    [
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "m", "params": 5}', "unreadable"),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "m", "params": null}', "unreadable"),
         (
-            b'{"id": 1, "method": "ping"}',
-            INVALID_REQUEST,
-            'request body must have "jsonrpc": "2.0"',
-        ),
-        (
-            b'{"jsonrpc": "1.0", "id": 1}',
-            INVALID_REQUEST,
-            'request body must have "jsonrpc": "2.0"',
-        ),
-        (b'{"jsonrpc": "2.0", "id": 1, "method": 7}', INVALID_REQUEST, '"method" must be a string'),
-        (
-            b'{"jsonrpc": "2.0", "id": 1, "method": "m", "params": 5}',
-            INVALID_REQUEST,
-            '"params" must be an object',
-        ),
-        (
-            b'{"jsonrpc": "2.0", "id": true, "method": "m"}',
-            INVALID_REQUEST,
-            '"id" must be a string or a number',
-        ),
-        (
-            b'{"jsonrpc": "2.0", "id": [1], "method": "m"}',
-            INVALID_REQUEST,
-            '"id" must be a string or a number',
+            b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": ["x"]}',
+            "positional_params",
         ),
         (
             b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": 5}}',
-            INVALID_PARAMS,
-            'tools/call needs a string "name" in params',
+            "unreadable",
+        ),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {}}', "unreadable"),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","Name":"b"}}',
+            "ambiguous_name",
         ),
         (
-            b'{"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {}}',
-            INVALID_PARAMS,
-            'resources/read needs a string "uri" in params',
+            b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","name":"b"}}',
+            "ambiguous_name",
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"x":1,"X":2}}}',
+            "ambiguous_name",
         ),
     ],
 )
-def test_what_is_not_a_routable_message_is_refused_with_its_code(
-    raw: bytes, code: int, words: str
+def test_a_request_whose_params_are_in_doubt_keeps_its_method_and_id(
+    raw: bytes, doubt: str
 ) -> None:
-    with pytest.raises(MalformedMessage) as refused:
-        parse_message(raw)
-    assert refused.value.code == code
-    assert str(refused.value).startswith(words)
-    if code != PARSE_ERROR:
-        assert str(refused.value) == words
+    message = read_message(raw)
+    assert (message.doubt, message.id, message.is_request) == (doubt, 1, True)
 
 
 @pytest.mark.parametrize(
@@ -167,12 +177,13 @@ def test_what_is_not_a_routable_message_is_refused_with_its_code(
         b'{"jsonrpc": "2.0", "id": null, "method": "ping"}',
         b'{"jsonrpc": "2.0", "method": "tools/call", "params": {}}',
         b'{"jsonrpc": "2.0", "id": 1, "method": "prompts/get", "params": {}}',
-        b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": ["x"]}',
         b'{"jsonrpc": "2.0", "id": "x", "result": {}}',
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"h":{"Accept":1,"accept":2}}}}',
     ],
 )
-def test_what_may_pass_is_not_refused(raw: bytes) -> None:
-    assert parse_message(raw).raw == raw
+def test_what_the_sidecar_reads_with_certainty_has_no_doubt(raw: bytes) -> None:
+    message = read_message(raw)
+    assert (message.doubt, message.raw) == (None, raw)
 
 
 def b64(text: str) -> str:

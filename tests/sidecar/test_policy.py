@@ -216,11 +216,11 @@ def test_every_forwarded_header_is_keyed_unless_it_cannot_change_the_answer() ->
     assert len({plan(ignoring, message, {"x-request-id": n}).key for n in "12"}) == 1
 
 
-def test_routing_headers_sent_twice_are_refused() -> None:
+def test_routing_headers_sent_twice_are_never_looked_up() -> None:
     message = request(name="t", arguments={})
     raw = [("mcp-name", "t"), ("mcp-name", "other")]
-    with pytest.raises(policy.RequestRefused):
-        policy.plan(server(), message, {"mcp-name": "t, other"}, raw, "agent")
+    decided = policy.plan(server(), message, {"mcp-name": "t, other"}, raw, "agent")
+    assert decided == policy.Bypass("ambiguous_headers")
 
 
 def test_a_session_is_scoped_to_its_server() -> None:

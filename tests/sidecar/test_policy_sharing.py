@@ -12,8 +12,8 @@ from pydantic import ValidationError
 from mcpcache.sidecar.cache.store import Scope
 from mcpcache.sidecar.config import Server, ServerCache
 from mcpcache.sidecar.rules import answers, arguments, policy
-from mcpcache.sidecar.rules.hints import MAX_CALLERS_PER_SERVER, ToolHints
-from mcpcache.sidecar.rules.messages import Message, Verdict
+from mcpcache.sidecar.rules.hints import MAX_CALLERS_PER_SERVER, ToolHints, listing_ttl
+from mcpcache.sidecar.rules.messages import Message, Verdict, read_message
 from mcpcache.sidecar.rules.schema_defaults import certain_defaults
 
 PROTOCOL = {"mcp-protocol-version": "2026-07-28"}
@@ -171,19 +171,41 @@ def listed(s: Server, hints: ToolHints, result: dict[str, Any], headers: dict[st
     return learner
 
 
-def test_filled_defaults_make_an_omitted_argument_key_like_its_explicit_default() -> None:
+def test_filled_defaults_make_an_omitted_argument_read_its_explicit_defaults_entry() -> None:
     s = server(fillSchemaDefaults=True)
     hints = ToolHints()
     listed(s, hints, listing(PLAIN), {})
-    keys = {
-        plan(s, call("search", args), {}, hints).key  # type: ignore[union-attr]
-        for args in ({"q": "x"}, {"q": "x", "limit": 10})
-    }
-    assert len(keys) == 1
+    omitted = plan(s, call("search", {"q": "x"}), {}, hints)
+    explicit = plan(s, call("search", {"q": "x", "limit": 10}), {}, hints)
+    assert isinstance(omitted, policy.Lookup)
+    assert isinstance(explicit, policy.Lookup)
+    assert omitted.named_key == explicit.key, "the omitted call reads the explicit entry"
+    assert omitted.key != explicit.key, "and files its own answer apart"
+    assert explicit.named_key == ""
+    keys = {omitted.key, explicit.key}
     assert plan(s, call("search", {"q": "x", "limit": 11}), {}, hints).key not in keys  # type: ignore[union-attr]
     assert plan(s, call("search", {"q": "x"}), {}, ToolHints()).key not in keys  # type: ignore[union-attr]
     off = server()
     assert plan(off, call("search", {"q": "x"}), {}, hints).key not in keys  # type: ignore[union-attr]
+
+
+def test_learned_defaults_hold_only_as_long_as_their_listing_may_be_cached() -> None:
+    now = [100.0]
+    hints = ToolHints(clock=lambda: now[0])
+    hints.learn("s", listing(PLAIN), "alice", 5)
+    assert hints.defaults("s", "alice", "search") == {"limit": 10}
+    now[0] = 105.0
+    assert hints.defaults("s", "alice", "search") == {}
+    assert not hints.knows("s", "alice")
+    other = {
+        **PLAIN,
+        "properties": {**PLAIN["properties"], "limit": {"type": "integer", "default": 20}},
+    }
+    hints.learn("s", listing(other), "alice", 5)  # a redeploy's listing, learned anew
+    assert hints.defaults("s", "alice", "search") == {"limit": 20}
+    assert listing_ttl({"ttlMs": 1500}, 300, 30) == 1.5
+    assert listing_ttl({"ttlMs": 0}, 300, 30) == 300
+    assert listing_ttl({}, None, 30) == 30
 
 
 def test_listings_that_disagree_leave_a_tool_with_no_defaults_until_forgotten() -> None:
@@ -218,9 +240,10 @@ def test_defaults_are_learned_per_caller_and_fill_only_that_callers_calls() -> N
     listed(s, hints, listing_with_default("alice"), alice)
 
     def key(args: dict[str, Any], headers: dict[str, str]) -> str:
+        """The entry the call reads: for a filled one, the explicit call's."""
         lookup = plan(s, call("list_repos", args), headers, hints)
         assert isinstance(lookup, policy.Lookup)
-        return lookup.key
+        return lookup.named_key or lookup.key
 
     assert key({}, alice) == key({"owner": "alice"}, alice), "Alice's own default fills in"
     assert key({}, bob) != key({"owner": "alice"}, bob), "Bob never got Alice's default"
@@ -237,15 +260,15 @@ def test_the_callers_whose_defaults_are_kept_are_bounded() -> None:
     assert hints.defaults("s", "caller-1", "search") == {"limit": 10}
 
 
-def test_ambiguous_headers_neither_learn_nor_fill_but_the_lookup_is_refused() -> None:
+def test_ambiguous_headers_neither_learn_nor_fill_nor_look_up() -> None:
     s = server(fillSchemaDefaults=True)
     twice = [("authorization", "a"), ("authorization", "b"), *PROTOCOL.items()]
     message = Message({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
     listing_plan = policy.plan(s, message, dict(twice), twice, "app", ToolHints())
     assert isinstance(listing_plan, policy.Bypass)
     assert listing_plan.learner is None
-    with pytest.raises(policy.RequestRefused):
-        policy.plan(s, call("search", {"q": "x"}), dict(twice), twice, "app", ToolHints())
+    decided = policy.plan(s, call("search", {"q": "x"}), dict(twice), twice, "app", ToolHints())
+    assert decided == policy.Bypass("ambiguous_headers")
 
 
 def test_a_public_key_drops_identity_and_session_but_keeps_every_other_header() -> None:
@@ -452,7 +475,7 @@ def test_a_request_too_deep_for_a_key_goes_upstream_uncached_with_its_writes() -
 
 
 def test_params_by_position_are_their_own_bypass() -> None:
-    message = Message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": ["x"]})
+    message = read_message(b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":["x"]}')
     assert plan(server(), message, {}) == policy.Bypass("positional_params")
 
 

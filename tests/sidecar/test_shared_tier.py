@@ -22,6 +22,7 @@ from peers.clients import (
     call_body,
     call_headers,
     http_client,
+    introduce,
     mcp_client,
     post,
     read_body,
@@ -548,6 +549,7 @@ async def test_a_public_tool_entry_is_shared_by_the_replicas_of_one_app_and_no_o
     before = peer.calls["search"]
     await call(first, "search", arguments, authorization="Bearer alice")
     await stored(first)
+    await introduce(second.url("s"), "Bearer bob")  # each replica checks its callers
     status, _, answer = await call(second, "search", arguments, authorization="Bearer bob")
     assert status == SHARED_PUBLIC_HIT
     assert "for Bearer alice" in text_of(answer), "one entry, fetched for alice"
@@ -572,6 +574,7 @@ async def test_a_result_the_server_marks_public_reaches_another_replica_and_priv
         before = peer.calls["doc"]
         mine = await read(first, uri, "alice")
         await stored(first)
+        await introduce(second.url("s"), "Bearer bob")
         theirs = await read(second, uri, "bob")
         contents = [json.loads(r.text)["result"]["contents"] for r in (mine, theirs)]
         if shared:
@@ -600,6 +603,7 @@ async def test_a_public_entry_too_large_for_a_replicas_memory_is_still_answered_
     before = peer.calls["blob"]
     await call(roomy, "blob", arguments, authorization="Bearer alice")
     await stored(roomy)
+    await introduce(small.url("s"), "Bearer bob")
     for _ in range(2):
         status, _, answer = await call(small, "blob", arguments, authorization="Bearer bob")
         assert status == SHARED_PUBLIC_HIT

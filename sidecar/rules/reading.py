@@ -1,0 +1,209 @@
+"""Reading a request body with certainty: the value the key and the rules see, never
+the bytes the upstream receives.
+
+The body goes upstream exactly as the client sent it, so the sidecar's reading must
+never make two bodies one that an upstream could read apart. JSON leaves that room in
+three places: a name given twice in one object (RFC 8259 leaves the choice to the
+reader: orjson keeps the last value, other parsers the first), the spelling of numbers
+(`1.0`, `1.00` and `1e0` are one double, not one decimal), and values past what a parser
+holds (`1e400`, a 30-digit integer, `NaN`).
+
+The fast path: orjson reads the body, and when writing the value again gives back the
+very same bytes, the body is in the one form orjson writes (no name twice, every number
+spelt as its value is, no escape read two ways), and its value is certain. Clients that
+write compact JSON (pydantic's `model_dump_json`, `JSON.stringify`) send exactly this.
+
+Any other body is read again by the standard library with hooks that keep what a value
+would lose (`read_exactly`): a number not spelt the way orjson writes its value is kept
+as its `Spelling`, an object that names a member twice as its `Members` (every pair, in
+order). Both are written into a key as they were sent (`key_default`), so bodies that
+differ there never share an entry, and a rule that must read such a value steps aside.
+A body neither reader can read exactly (not UTF-8, `NaN`, a lone surrogate, nesting past
+what can be written again) is `Unreadable`: it goes upstream uncached.
+
+Pure, no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Final, Literal
+
+import orjson
+
+LARGE_BODY: Final = 64 * 1024
+"""Bodies past this size are read off the event loop."""
+WRITE_DEPTH: Final = 254
+"""The deepest nesting orjson writes (it reads four times deeper)."""
+_INTEGER_DIGITS: Final = 19
+"""Integer literals up to this many characters (a sign included) are read as integers;
+longer ones are kept by their spelling, whatever their value (orjson writes 64 bits)."""
+_INT64_MIN, _UINT64_END = -(1 << 63), 1 << 64
+
+UnreadableReason = Literal["unreadable", "too_deep"]
+
+
+class Unreadable(ValueError):
+    """The body cannot be read with certainty; `reason` says which kind of doubt."""
+
+    def __init__(self, reason: UnreadableReason, message: str) -> None:
+        super().__init__(message)
+        self.reason: UnreadableReason = reason
+
+
+class Spelling:
+    """A number whose parsed value would not keep how it was written (`1.00`, `1e2`,
+    `-0`, `18446744073709551617`): compared and keyed by its text."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Spelling) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(("spelling", self.text))
+
+    def __repr__(self) -> str:
+        return f"Spelling({self.text!r})"
+
+
+class Members:
+    """An object that names a member more than once: its pairs as written, in order.
+
+    Which of two values an upstream uses is up to its parser; whoever reads such an
+    object must either keep every pair (the key) or step aside (a rule)."""
+
+    __slots__ = ("pairs",)
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        self.pairs = pairs
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Members) and other.pairs == self.pairs
+
+    def __hash__(self) -> int:  # pragma: no cover - never a dict key
+        return hash(len(self.pairs))
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.pairs]
+
+    def __repr__(self) -> str:
+        return f"Members({self.pairs!r})"
+
+
+def key_default(value: Any) -> orjson.Fragment:
+    """orjson's `default` for what `read_exactly` keeps: a `Spelling` as its text, a
+    `Members` as an object with every pair, sorted by name (a stable sort: the order of
+    one name's values stays, since parsers differ in which one they keep). No other
+    value writes as an object with a repeated name, so neither ever meets a plain one."""
+    if isinstance(value, Spelling):
+        return orjson.Fragment(value.text.encode())
+    if isinstance(value, Members):
+        pairs = sorted(value.pairs, key=_name)
+        parts = [
+            orjson.dumps(name)
+            + b":"
+            + orjson.dumps(item, default=key_default, option=orjson.OPT_SORT_KEYS)
+            for name, item in pairs
+        ]
+        return orjson.Fragment(b"{" + b",".join(parts) + b"}")
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _name(pair: tuple[str, Any]) -> str:
+    return pair[0]
+
+
+def read(raw: bytes) -> Any:
+    """The body's value, certain as the module says; raises `Unreadable`."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return read_exactly(raw)
+    try:
+        if orjson.dumps(value) == raw:
+            return value
+    except orjson.JSONEncodeError:
+        pass  # nested deeper than orjson writes
+    return read_exactly(raw)
+
+
+def read_exactly(raw: bytes) -> Any:
+    """The body's value with every spelling and every repeated name kept; raises
+    `Unreadable`."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Unreadable("unreadable", "the body is not UTF-8") from None
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=_object,
+            parse_float=_float,
+            parse_int=_integer,
+            parse_constant=_constant,
+        )
+    except RecursionError:
+        raise Unreadable("too_deep", "the body is nested too deeply to read") from None
+    except ValueError as exc:
+        raise Unreadable("unreadable", f"the body is not JSON: {exc}") from None
+    try:
+        orjson.dumps(value, default=key_default)
+    except (orjson.JSONEncodeError, RecursionError):
+        if raw.count(b"[") + raw.count(b"{") > WRITE_DEPTH:
+            why = "the body is nested deeper than keys are written"
+            raise Unreadable("too_deep", why) from None
+        raise Unreadable("unreadable", "the body holds a string that is not Unicode") from None
+    return value
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any] | Members:
+    value = dict(pairs)
+    return value if len(value) == len(pairs) else Members(pairs)
+
+
+def _float(text: str) -> float | Spelling:
+    value = float(text)
+    if math.isfinite(value) and orjson.dumps(value) == text.encode():
+        return value
+    return Spelling(text)
+
+
+def _integer(text: str) -> int | Spelling:
+    if len(text) <= _INTEGER_DIGITS:
+        value = int(text)
+        if _INT64_MIN <= value < _UINT64_END and str(value) == text:
+            return value
+    return Spelling(text)
+
+
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def folded_twice(names: list[str]) -> str | None:
+    """A name of `names` that another one equals after case folding (or exactly), or
+    None. Go's `encoding/json` matches names without regard to case (folding U+017F to
+    `s` and the Kelvin sign to `k` too): `Name` beside `name` is a second `name` to it."""
+    if len(names) < 2:
+        return None
+    seen: set[str] = set()
+    for name in names:
+        folded = name.casefold()
+        if folded in seen:
+            return name
+        seen.add(folded)
+    return None
+
+
+def names_of(value: Any) -> list[str]:
+    """The member names of an object as written (every copy of a repeated one)."""
+    if isinstance(value, Members):
+        return value.names()
+    if isinstance(value, dict):
+        return list(value)
+    return []

@@ -1,0 +1,118 @@
+"""Who an entry for every caller answers: an empty or scheme-only credential is no
+credential, and an entry fetched with one answers only credentials the upstream itself
+accepted lately; any other goes upstream first, and is refused there if the upstream
+refuses it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from mcpcache.sidecar.rules.callers import credential_in
+from peers.clients import call_body, call_headers, http_client, unique
+from peers.recorder import Recorder, said
+from peers.serving import ServedApp, served
+from peers.sidecar import RunningSidecar, one_server
+
+GOOD = ("Bearer alice-token", "Bearer bob-token")
+
+
+@pytest.fixture
+def guarded() -> Iterator[tuple[Recorder, ServedApp]]:
+    """An upstream that serves only the two good tokens (a 401 to anything else)."""
+    peer = Recorder(accepted=frozenset(GOOD))
+    with served(peer, lifespan="off") as app:
+        yield peer, app
+
+
+@pytest.fixture
+def open_upstream() -> Iterator[tuple[Recorder, ServedApp]]:
+    peer = Recorder()
+    with served(peer, lifespan="off") as app:
+        yield peer, app
+
+
+def _public(make_sidecar, app: ServedApp) -> RunningSidecar:
+    rules = [{"name": "t", "scope": "public"}]
+    return make_sidecar(one_server(app.base_url + "/mcp", name="echo", tools=rules))
+
+
+async def _call(sidecar: RunningSidecar, q: str, authorization: str | None, request_id: int = 1):
+    headers = call_headers("t")
+    if authorization is not None:
+        headers["authorization"] = authorization
+    async with http_client(timeout=10) as http:
+        return await http.post(
+            sidecar.url("echo"), json=call_body(request_id, "t", {"q": q}), headers=headers
+        )
+
+
+async def test_an_entry_for_every_caller_answers_only_credentials_the_upstream_accepted(
+    make_sidecar, guarded
+) -> None:
+    peer, app = guarded
+    sidecar = _public(make_sidecar, app)
+    q = unique()
+    first = await _call(sidecar, q, GOOD[0])
+    assert first.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    again = await _call(sidecar, q, GOOD[0], 2)
+    assert again.headers["cache-status"] == "mcpcache; hit; detail=public"
+    calls = peer.calls
+    junk = await _call(sidecar, q, "Bearer junk", 3)
+    assert junk.status_code == 401  # the upstream's own refusal, not the entry
+    assert peer.calls == calls + 1
+    assert peer.received[-1].headers["authorization"] == "Bearer junk"
+    junk_again = await _call(sidecar, q, "Bearer junk", 4)
+    assert junk_again.status_code == 401
+    bob = await _call(sidecar, q, GOOD[1], 5)  # accepted upstream first, then filed
+    assert bob.status_code == 200
+    assert bob.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    assert said(bob)["call"] == peer.calls
+    bob_again = await _call(sidecar, q, GOOD[1], 6)
+    assert bob_again.headers["cache-status"] == "mcpcache; hit; detail=public"
+    assert peer.calls == calls + 3
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "held"),
+    [
+        ("authorization", None, False),
+        ("authorization", "", False),
+        ("authorization", " \t", False),
+        ("authorization", "Bearer", False),
+        ("authorization", " Bearer  ", False),
+        ("proxy-authorization", "Basic", False),
+        ("authorization", "Bearer x", True),
+        ("authorization", "raw-token", True),
+        ("x-api-key", " ", False),
+        ("x-api-key", "Bearer", True),
+    ],
+)
+def test_a_credential_is_a_non_blank_value_and_not_a_scheme_alone(
+    name: str, value: str | None, held: bool
+) -> None:
+    assert credential_in(name, value) is held
+
+
+@pytest.mark.parametrize("blank", ["", "Bearer", "bearer", "Basic"])
+async def test_an_empty_or_scheme_only_credential_is_anonymous_to_an_entry_for_every_caller(
+    make_sidecar, open_upstream, blank: str
+) -> None:
+    peer, app = open_upstream
+    sidecar = _public(make_sidecar, app)
+    q = unique()
+    anonymous = await _call(sidecar, q, None)
+    assert anonymous.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    calls = peer.calls
+    hit = await _call(sidecar, q, blank, 2)
+    assert hit.headers["cache-status"] == "mcpcache; hit; detail=public"
+    assert peer.calls == calls
+    # The reverse: what an anonymous caller's answer is filed under never answers a
+    # real credential, nor does an answer fetched with one reach the anonymous.
+    token = await _call(sidecar, q, "Bearer alice-token", 3)
+    assert token.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    other = unique()
+    await _call(sidecar, other, "Bearer alice-token", 4)
+    blank_after = await _call(sidecar, other, blank, 5)
+    assert blank_after.headers["cache-status"] == "mcpcache; fwd=miss; stored"

@@ -1,0 +1,320 @@
+"""Reading a request body with certainty, and what the key and the rules make of what
+cannot be read one way only (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mcpcache.sidecar.config import Server, ToolRule, value_text
+from mcpcache.sidecar.rules import policy
+from mcpcache.sidecar.rules.arguments import argument_digests, doubtful, removals, skipped
+from mcpcache.sidecar.rules.messages import read_message
+from mcpcache.sidecar.rules.reading import (
+    Members,
+    Spelling,
+    Unreadable,
+    folded_twice,
+    key_default,
+    read,
+)
+
+
+@pytest.mark.parametrize(
+    ("names", "twice"),
+    [
+        (["name", "Name"], "Name"),
+        (["s", "\u017f"], "\u017f"),
+        (["k", "\u212a"], "\u212a"),
+        (["a", "b", "a"], "a"),
+        (["a", "b"], None),
+        ([], None),
+    ],
+)
+def test_names_equal_after_case_folding_are_found(names: list[str], twice: str | None) -> None:
+    assert folded_twice(names) == twice
+
+
+def test_compact_json_is_read_by_the_fast_path_as_it_is() -> None:
+    raw = b'{"jsonrpc":"2.0","id":1,"params":{"n":1.5,"m":7,"s":"\xc3\xa9"}}'
+    assert read(raw) == {"jsonrpc": "2.0", "id": 1, "params": {"n": 1.5, "m": 7, "s": "é"}}
+
+
+@pytest.mark.parametrize(
+    ("number", "kept"),
+    [
+        (b"1.00", Spelling("1.00")),
+        (b"1e2", Spelling("1e2")),
+        (b"1E+2", Spelling("1E+2")),
+        (b"-0", Spelling("-0")),
+        (b"18446744073709551617", Spelling("18446744073709551617")),
+        (b"1e400", Spelling("1e400")),
+        (b"0.10000000000000000555", Spelling("0.10000000000000000555")),
+        (b"1.5", 1.5),
+        (b"7", 7),
+        (b"-7", -7),
+        (b"100.0", 100.0),
+    ],
+)
+def test_a_number_keeps_its_spelling_when_its_value_would_not(number: bytes, kept: Any) -> None:
+    assert read(b'{"n": ' + number + b"}") == {"n": kept}
+
+
+def test_an_object_naming_a_member_twice_keeps_every_pair_in_order() -> None:
+    value = read(b'{"a": {"x": 1, "y": 2, "x": 3}}')
+    assert value == {"a": Members([("x", 1), ("y", 2), ("x", 3)])}
+
+
+def _key_text(value: Any) -> bytes:
+    return orjson.dumps(value, default=key_default, option=orjson.OPT_SORT_KEYS)
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        (b'{"n": 1.0}', b'{"n": 1.00}'),
+        (b'{"n": 100.0}', b'{"n": 1e2}'),
+        (b'{"n": 0}', b'{"n": -0}'),
+        (b'{"n": 18446744073709551616}', b'{"n": 18446744073709551617}'),
+        (b'{"x": 1, "x": 2}', b'{"x": 2}'),
+        (b'{"x": 1, "x": 2}', b'{"x": 1}'),
+        (b'{"x": 1, "x": 2}', b'{"x": 2, "x": 1}'),
+        (b'{"x": {"y": 1, "y": 2}}', b'{"x": {"y": 2}}'),
+    ],
+)
+def test_bodies_an_upstream_may_read_apart_never_write_the_same_key(
+    one: bytes, other: bytes
+) -> None:
+    assert _key_text(read(one)) != _key_text(read(other))
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        (b'{"n": 1.5, "s": "A"}', b'{ "s" : "\\u0041", "n" : 1.5 }'),
+        (b'{"x": 1, "y": 2, "x": 3}', b'{"y": 2, "x": 1, "x": 3}'),
+    ],
+)
+def test_bodies_every_reader_reads_alike_write_the_same_key(one: bytes, other: bytes) -> None:
+    assert _key_text(read(one)) == _key_text(read(other))
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"{nope", "unreadable"),
+        (b'{"n": NaN}', "unreadable"),
+        (b'{"n": Infinity}', "unreadable"),
+        (b'{"s": "\\ud800"}', "unreadable"),
+        (b"\xff", "unreadable"),
+        (b"[" * 300 + b"]" * 300, "too_deep"),
+        (b"[" * 5000 + b"]" * 5000, "too_deep"),
+    ],
+)
+def test_what_cannot_be_read_exactly_is_unreadable(raw: bytes, reason: str) -> None:
+    with pytest.raises(Unreadable) as unread:
+        read(raw)
+    assert unread.value.reason == reason
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_JSON, spaced=st.booleans())
+def test_any_json_is_read_to_a_key_that_the_same_json_always_gets(value: Any, spaced: bool) -> None:
+    import json
+
+    raw = (
+        json.dumps(value).encode()
+        if spaced
+        else orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+    )
+    read_once = _key_text(read(raw))
+    assert read_once == _key_text(read(raw))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "names", "doubt"),
+    [
+        ({"Accept": 1, "accept": 2}, {"q"}, False),  # free-form: both are key material
+        ({"Version": "1.0", "q": 1}, {"version"}, True),
+        ({"version": "1.0"}, {"version"}, False),
+        (Members([("q", 1), ("q", 2)]), {"q"}, True),
+        (Members([("x", 1), ("x", 2)]), set(), False),
+        ("not an object", {"q"}, False),
+    ],
+)
+def test_argument_names_are_in_doubt_only_where_a_rule_reads_them(
+    arguments: Any, names: set[str], doubt: bool
+) -> None:
+    assert doubtful(arguments, names) is doubt
+
+
+def _message(arguments: bytes, name: bytes = b"get") -> Any:
+    return read_message(
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"'
+        + name
+        + b'","arguments":'
+        + arguments
+        + b"}}"
+    )
+
+
+_RULES = Server.model_validate(
+    {
+        "name": "s",
+        "url": "http://u/mcp",
+        "cache": {
+            "enabled": True,
+            "tools": [
+                {"name": "get", "skipIf": {"version": "latest"}},
+                {"name": "update", "invalidates": [{"tool": "get", "match": ["doc"]}]},
+                {"name": "reset", "invalidates": ["list_*"]},
+            ],
+        },
+    }
+)
+
+
+def _plan(message: Any) -> policy.Bypass | policy.Lookup:
+    return policy.plan(_RULES, message, {}, (), "app")
+
+
+def test_a_free_form_argument_object_with_case_variant_names_is_cached_and_keyed_whole() -> None:
+    one = _plan(_message(b'{"doc":"a","headers":{"Accept":"x","accept":"y"}}'))
+    other = _plan(_message(b'{"doc":"a","headers":{"Accept":"x"}}'))
+    assert isinstance(one, policy.Lookup)
+    assert isinstance(other, policy.Lookup)
+    assert one.key != other.key
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [b'{"doc":"a","Version":"latest"}', b'{"doc":"a","version":"1","version":"latest"}'],
+)
+def test_a_rule_named_argument_the_upstream_may_read_otherwise_steps_aside(
+    arguments: bytes,
+) -> None:
+    decided = _plan(_message(arguments))
+    assert isinstance(decided, policy.Bypass)
+    assert decided.reason == "ambiguous_name"
+
+
+def test_a_write_whose_matched_argument_is_in_doubt_drops_every_entry_of_its_tools() -> None:
+    certain = _plan(_message(b'{"doc":"a"}', b"update"))
+    assert isinstance(certain, policy.Bypass)
+    assert certain.invalidates != ("get",)
+    for arguments in (b'{"doc":"a","Doc":"b"}', b'{"doc":"a","doc":"b"}', b'{"doc":1e9999999999}'):
+        decided = _plan(_message(arguments, b"update"))
+        assert isinstance(decided, policy.Bypass)
+        assert decided.invalidates == ("get",)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"{nope",
+        b'[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"update"}}]',
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get","Name":"update"}}',
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":["update"]}',
+        b'{"jsonrpc":"2.0","id":1,"Method":"tools/call","params":{"name":"update"}}',
+    ],
+)
+def test_a_body_whose_tool_is_in_doubt_drops_everything_the_servers_rules_reach(
+    raw: bytes,
+) -> None:
+    decided = _plan(read_message(raw))
+    assert isinstance(decided, policy.Bypass)
+    assert decided.invalidates == ("get", "list_*")
+
+
+def test_a_query_string_and_members_beyond_json_rpc_are_key_material() -> None:
+    message = _message(b'{"doc":"a"}')
+    plain = _plan(message)
+    queried = policy.plan(_RULES, message, {}, (), "app", None, "api_key=1")
+    other = policy.plan(_RULES, message, {}, (), "app", None, "api_key=2")
+    extra = _plan(
+        read_message(
+            b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get",'
+            b'"arguments":{"doc":"a"}},"tenant":"b"}'
+        )
+    )
+    keys = {d.key for d in (plain, queried, other, extra) if isinstance(d, policy.Lookup)}
+    assert len(keys) == 4
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        (7, "7"),
+        (7, 7.0),
+        (7, " 7"),
+        (7, "7.0"),
+        (7, "7e0"),
+        (0, "0.0"),
+        (0, " 0"),
+        (0, -0.0),
+        (True, 1),
+        (True, "yes"),
+        (True, "on"),
+        (True, "True"),
+        (False, "off"),
+        (False, 0),
+        ("caf\u00e9", "cafe\u0301"),
+        ("Latest", "latest"),
+    ],
+)
+def test_values_a_lax_validator_reads_alike_compare_equal(one: Any, other: Any) -> None:
+    assert value_text(one) == value_text(other)
+
+
+@pytest.mark.parametrize(("one", "other"), [(7, 8), ("a", "b"), (True, False), (0.1, 0.2)])
+def test_different_values_compare_apart(one: Any, other: Any) -> None:
+    assert value_text(one) != value_text(other)
+
+
+def test_skip_if_steps_aside_for_lax_spellings_and_unsettled_numbers() -> None:
+    rule = ToolRule.model_validate({"name": "get", "skipIf": {"force": True, "limit": 0}})
+    for value in (1, "yes", "on", "1", "true", True):
+        assert skipped(rule, {"force": value})
+    for value in ("0.0", " 0", 0.0, Spelling("0e5"), Spelling("1e999999999999")):
+        assert skipped(rule, {"limit": value})
+    assert not skipped(rule, {"limit": 5, "force": "no"})
+
+
+def test_a_match_compares_numbers_and_strings_by_value() -> None:
+    rule = ToolRule.model_validate(
+        {"name": "update", "invalidates": [{"tool": "get", "match": ["doc"]}]}
+    )
+    assert removals(rule, {"doc": 7}) == removals(rule, {"doc": "7.0"})
+    assert removals(rule, {"doc": "caf\u00e9"}) == removals(rule, {"doc": "cafe\u0301"})
+    assert removals(rule, {"doc": Spelling("7.00")}) == removals(rule, {"doc": 7})
+    assert removals(rule, {"doc": {"n": Spelling("7.00")}}) == ("get",)
+
+
+def test_a_value_too_deep_to_digest_makes_a_write_remove_every_entry_of_its_tool() -> None:
+    rule = ToolRule.model_validate(
+        {"name": "update", "invalidates": [{"tool": "get", "match": ["doc"]}]}
+    )
+    deep: Any = []
+    for _ in range(300):
+        deep = [deep]
+    assert argument_digests(("doc",), {"doc": deep}) == (("doc", ""),)
+    assert removals(rule, {"doc": deep}) == ("get",)
+    (matched,) = removals(rule, {"doc": "a"})
+    assert matched != "get"

@@ -5,10 +5,13 @@ An entry for every caller (`scope: public`, or a result the server marks public 
 `trustPublicHints`) was fetched with somebody's credential. Answering it to any other
 credential would let a junk or revoked token read what the upstream serves only to
 callers it accepts. So such an entry is answered only to a credential the upstream
-itself accepted for that server within the server's TTL (a 2xx answer that is not a
-JSON-RPC error); any other credential goes upstream first, with its own request, and
-is remembered once the upstream accepts it. A caller with no credential at all is
-anonymous and meets only entries fetched anonymously (the key says so).
+itself accepted, within the entry's TTL, for the same tool (or, for what is not a tool
+call, the same method): a 2xx answer to a call of it with a result that is neither a
+JSON-RPC error nor `isError` — many servers answer any caller at the protocol level
+(`ping`, `initialize`, lists) and report a backend's refusal as an `isError` result, so
+neither of those counts. Any other credential goes upstream first, with its own
+request, and is remembered once the upstream accepts it. A caller with no credential at
+all is anonymous and meets only entries fetched anonymously (the key says so).
 
 Only digests are kept, never a credential. Pure, on cachetools: a bounded TLRU whose
 items each live for their server's TTL.
@@ -21,30 +24,45 @@ from typing import Final
 
 import cachetools
 
+from .entry import Scope
+
 MAX_ACCEPTED: Final = 4096
 """Digests remembered across all servers; the least recently used go first (such a
 caller goes upstream once more)."""
 
 
-def _expiry(_key: tuple[str, str], ttl: float, now: float) -> float:
+Accepted = tuple[str, str, str]
+"""(server, tool or method, credential digest)."""
+
+
+def _expiry(_key: Accepted, ttl: float, now: float) -> float:
     return now + ttl
+
+
+def accepted_for(scope: Scope) -> str:
+    """What an acceptance is for: the tool of a call, else the method."""
+    if scope.tool is not None:
+        return scope.tool
+    return "resources/read" if scope.uri is not None else scope.listing or ""
 
 
 class AcceptedCredentials:
     def __init__(self, timer: Callable[[], float]) -> None:
-        self._accepted: cachetools.TLRUCache[tuple[str, str], float] = cachetools.TLRUCache(
+        self._accepted: cachetools.TLRUCache[Accepted, float] = cachetools.TLRUCache(
             MAX_ACCEPTED, ttu=_expiry, timer=timer
         )
 
-    def accept(self, server: str, credential: str, ttl: float) -> None:
-        """The upstream accepted `credential` (a digest) for `server` just now."""
+    def accept(self, scope: Scope, credential: str, ttl: float) -> None:
+        """The upstream answered `credential` (a digest) with a result just now, for
+        what `scope` names."""
         if credential and ttl > 0:
-            self._accepted[(server, credential)] = ttl
+            self._accepted[(scope.server, accepted_for(scope), credential)] = ttl
 
-    def accepted(self, server: str, credential: str) -> bool:
-        """Whether an entry for every caller may be answered to `credential` ("" is no
-        credential: anonymous callers meet anonymous entries only, by their key)."""
-        return not credential or (server, credential) in self._accepted
+    def accepted(self, scope: Scope, credential: str) -> bool:
+        """Whether an entry for every caller of what `scope` names may be answered to
+        `credential` ("" is no credential: anonymous callers meet anonymous entries
+        only, by their key)."""
+        return not credential or (scope.server, accepted_for(scope), credential) in self._accepted
 
     def __len__(self) -> int:
         return len(self._accepted)

@@ -3,9 +3,9 @@ values, and which tools' entries a write removes."""
 
 from __future__ import annotations
 
-import decimal
 import fnmatch
 import functools
+import math
 import unicodedata
 from typing import Annotated, Any, Final, Literal, Self
 
@@ -79,23 +79,19 @@ _FALSE: Final = frozenset({"false", "no", "off", "f", "n"})
 
 
 def number_text(text: str) -> str | None:
-    """A number's text by its value (`7.00`, `7e0` and `7` give `7`); None for a text
-    that is no finite number."""
+    """A number's text by its value as a double, the way Python, pydantic, JavaScript
+    and Go read JSON numbers (`7.00`, `7e0` and `7` give `7`; so does
+    `7.000000000000000001`, and `1e-400` gives `0`); None for a text that is no number
+    a double holds (`1e400` included)."""
     try:
-        number = decimal.Decimal(text)
-    except decimal.InvalidOperation:
+        value = float(text)
+    except ValueError:
         return None
-    if not number.is_finite():
+    if not math.isfinite(value):
         return None
-    if number.is_zero():
+    if value == 0:
         return "0"
-    try:
-        return str(number.normalize(_CONTEXT))
-    except ArithmeticError:  # past the context's exponents: no reading settles it
-        return None
-
-
-_CONTEXT: Final = decimal.Context(prec=34, Emin=-999_999_999, Emax=999_999_999)
+    return str(int(value)) if value.is_integer() else repr(value)
 
 
 SkipValue = bool | int | float | str

@@ -172,14 +172,11 @@ class Fetch:
             storage.invalidator.hints.learn(server.name, final["result"], learner, held)
         result = final.get("result") if final is not None else None
         lookup = request.lookup
-        if (
-            lookup.credential
-            and current
-            and "result" in (final or {})
-            and 200 <= self._status < 300
-        ):
-            assert storage.credentials is not None
-            storage.credentials.accept(server.name, lookup.credential, lookup.ttl)
+        accepted = isinstance(result, dict) and result.get("isError") is not True
+        if lookup.credential and current and accepted and 200 <= self._status < 300:
+            assert storage.credentials is not None  # the upstream served this credential
+            held = lookup.ttl + server.cache.keep_stale  # as long as an entry may answer
+            storage.credentials.accept(lookup.scope, lookup.credential, held)
         if current and isinstance(result, dict) and result.get("isError") is not True:
             digest = answer_digest(result)
             label, now = scope_label(request.lookup.scope), storage.cache.timer()

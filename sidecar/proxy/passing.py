@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..cache.credentials import AcceptedCredentials
 from ..config import Server
 from ..edge.forwarded import ForwardedResponse, StreamedResponse
 from ..edge.incoming import Incoming
@@ -41,10 +40,8 @@ class Following:
         status: int,
         exchange: Exchange,
         epoch: int,
-        credentials: AcceptedCredentials | None = None,
     ) -> None:
         self._invalidator = invalidator
-        self._credentials = credentials
         self._server = server
         self._plan = plan
         self._status = status
@@ -52,24 +49,28 @@ class Following:
         self._epoch = epoch
         """The server's invalidation epoch when the request went upstream."""
         self._done = False
+        self._unread = message is not None and message.method is None
         self.capture: ResponseCapture | None = None
         self.follows = False
         # A body the sidecar could not read may still be a write: its answer is followed,
         # and unless it is a JSON-RPC error to no id (the upstream could not parse it
         # either), it ends without a final answer to the sidecar: so it may have written.
         if message is not None and (message.is_request or plan.invalidates):
-            self.follows = bool(plan.invalidates or plan.credential) or plan.learner is not None
+            self.follows = bool(plan.invalidates) or plan.learner is not None
             bound = FOLLOW_BOUND if self.follows else 0
             self.capture = ResponseCapture(message.id, event_stream, bound)
 
     def judged(self, verdict: Verdict, event_stream: bool) -> Verdict:
         plan, server = self._plan, self._server
-        if plan.credential and self._credentials is not None and 200 <= self._status < 300:
-            final = self.capture.final if self.capture is not None else None
-            if final is not None and "result" in final and not self._exchange.id_reused:
-                self._credentials.accept(server.name, plan.credential, server.cache.ttl)
         if plan.invalidates:
-            if not self._done and answers.write_happened(verdict, self._status):
+            # A 202 answers a body of notifications and responses only: nothing it held
+            # was a request, so nothing it held wrote.
+            accepted_only = self._unread and self._status == 202
+            if (
+                not self._done
+                and not accepted_only
+                and answers.write_happened(verdict, self._status)
+            ):
                 self._invalidator.tools(server.name, plan.invalidates, "write")
             self._done = True
         elif plan.learner is not None:
@@ -95,7 +96,6 @@ async def pass_through(
     plan: policy.Bypass,
     message: Message | None = None,
     raw: bytes | None = None,
-    credentials: AcceptedCredentials | None = None,
 ) -> ForwardedResponse | StreamedResponse:
     """Forward `incoming` (with its `message`, read from `raw`, for a POST) and relay."""
     # A body read as no message at all may hold any id of its session (a batch, an id
@@ -129,12 +129,11 @@ async def pass_through(
         response.status,
         exchange,
         epoch,
-        credentials,
     )
     relay = exchange.relay(response, following)
     headers = response_headers(response.headers)
     status = cache_status.forwarded(plan.fwd, plan.detail)
-    if not (plan.invalidates or plan.learner is not None) or response.event_stream:
+    if not following.follows or response.event_stream:
         return StreamedResponse(response.status, headers, status, relay.stream(b""))
     # A JSON answer followed to its end: read it before the headers, so that what it
     # invalidates is gone before the caller can ask again.

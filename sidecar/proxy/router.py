@@ -113,7 +113,7 @@ class Proxy:
                 self.metrics.count_bypass(server.name, method, plan.reason)
             return await self._pass(incoming, server, plan, message, raw)
         # An entry for every caller answers only a credential the upstream accepted.
-        verified = self.credentials.accepted(server.name, plan.credential)
+        verified = self.credentials.accepted(plan.scope, plan.credential)
         unverified = plan.scope.public and not verified
         entry = None if unverified else self.cache.get_fresh(plan.key)
         if entry is None and plan.named_key:  # a call filled from defaults
@@ -290,15 +290,7 @@ class Proxy:
         raw: bytes | None = None,
     ) -> ForwardedResponse | StreamedResponse:
         return await pass_through(
-            self.exchanges,
-            self.invalidator,
-            self.via,
-            incoming,
-            server,
-            plan,
-            message,
-            raw,
-            self.credentials,
+            self.exchanges, self.invalidator, self.via, incoming, server, plan, message, raw
         )
 
     def _fetch(self, request: CacheableRequest) -> Callable[[Flight], Awaitable[None]]:
@@ -306,6 +298,8 @@ class Proxy:
         return Fetch(self.exchanges, self.storage, request, self.via).run
 
     def _stale_on_error(self, request: CacheableRequest) -> Entry | None:
+        if request.unverified:  # an entry for every caller: not for an unchecked caller
+            return None
         entry = self.cache.get_stale(request.lookup.key)
         if entry is None:
             return None

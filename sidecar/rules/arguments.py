@@ -49,11 +49,11 @@ def doubtful(arguments: Any, names: Collection[str]) -> bool:
     holds a name equal to one of `names` after case folding (Go's reading)."""
     if not names:
         return False
-    if isinstance(arguments, Members):
-        return True
+    folded = {name.casefold(): name for name in names}
+    if isinstance(arguments, Members):  # unread to the rules: doubt where they would read
+        return any(name.casefold() in folded for name in arguments.names())
     if not isinstance(arguments, dict):
         return False
-    folded = {name.casefold(): name for name in names}
     for name in arguments:
         read = folded.get(name.casefold())
         if read is not None and read != name:

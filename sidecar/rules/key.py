@@ -2,7 +2,9 @@
 
 sha256 over canonical JSON (sorted keys, no insignificant whitespace) of the server
 name, the method, the params, the caller's app id and the request's identity: a hash of
-each identity header present, of the legacy session id, and the protocol version.
+each identity header present, of the legacy session id, and the protocol version. An
+object some parser may read otherwise (a name given twice, or names equal after case
+folding) is written with its members in the order sent (`reading.Members`).
 Members of `params._meta` that differ on every call by design (the progress token and
 W3C trace context) are dropped first; all other `_meta` members stay — `baggage` among
 them, since it often carries tenant or user ids an upstream may answer by.

@@ -128,6 +128,11 @@ class Message:
 _UNREAD: Final[dict[str, Any]] = {}
 _MEMBERS: Final = frozenset({"jsonrpc", "id", "method", "params", "result", "error"})
 _FOLDED_MEMBERS: Final = frozenset(name.casefold() for name in _MEMBERS)
+_PARAMS: Final = frozenset(
+    {"name", "uri", "arguments", "_meta", "cursor", "task", *REQUEST_STATE_PARAMS}
+)
+"""The `params` members the sidecar reads (the key and the rules)."""
+_FOLDED_PARAMS: Final = frozenset(name.casefold() for name in _PARAMS)
 PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
 INVALID_PARAMS: Final = -32602
@@ -200,6 +205,8 @@ def _params_doubt(body: dict[str, Any]) -> Doubt | None:
         return "unreadable"
     if reading.folded_twice(list(params)) is not None:
         return "ambiguous_name"
+    if any(n not in _PARAMS and n.casefold() in _FOLDED_PARAMS for n in params):
+        return "ambiguous_name"  # `Task` alone is `task` to Go: a call the cache must not answer
     meta = params.get("_meta")
     if meta is not None and reading.folded_twice(reading.names_of(meta)) is not None:
         return "ambiguous_name"

@@ -100,8 +100,6 @@ class Bypass:
     reason: BypassReason
     invalidates: tuple[Removal, ...] = ()
     learner: str | None = None
-    credential: str = ""
-    """As `Lookup.credential`: accepted once the upstream answers it with a result."""
 
     @property
     def fwd(self) -> str:
@@ -245,13 +243,7 @@ def plan(
     if reason is not None:
         invalidates = writes(rule, message)
         listener = unambiguous_caller(server, headers, raw_headers) if learns else None
-        learner = listener.digest if listener is not None else None
-        if not message.is_request or not shares_entries(server):
-            return Bypass(reason, invalidates, learner)
-        ambiguous = len(raw_headers) != len(headers) or "connection" in headers
-        if ambiguous and unambiguous_caller(server, headers, raw_headers) is None:
-            return Bypass(reason, invalidates, learner)  # whose credential is unclear
-        return Bypass(reason, invalidates, learner, credential_digest(server, headers))
+        return Bypass(reason, invalidates, listener.digest if listener is not None else None)
     try:
         keyed, who = caller or caller_of(server, headers, raw_headers)
     except RequestRefused:

@@ -10,14 +10,16 @@ holds (`1e400`, a 30-digit integer, `NaN`).
 
 The fast path: orjson reads the body, and when writing the value again gives back the
 very same bytes, the body is in the one form orjson writes (no name twice, every number
-spelt as its value is, no escape read two ways), and its value is certain. Clients that
-write compact JSON (pydantic's `model_dump_json`, `JSON.stringify`) send exactly this.
+spelt as its value is, no escape read two ways); unless two of its names are equal after
+case folding (Go's reader takes them for one), its value is certain. Clients that write
+compact JSON (pydantic's `model_dump_json`, `JSON.stringify`) send exactly this.
 
 Any other body is read again by the standard library with hooks that keep what a value
 would lose (`read_exactly`): a number not spelt the way orjson writes its value is kept
-as its `Spelling`, an object that names a member twice as its `Members` (every pair, in
-order). Both are written into a key as they were sent (`key_default`), so bodies that
-differ there never share an entry, and a rule that must read such a value steps aside.
+as its `Spelling`, an object that names a member twice, or two equal after case folding,
+as its `Members` (every pair, in order). Both are written into a key as they were sent
+(`key_default`), so bodies that differ there never share an entry, and a rule that must
+read such a value steps aside.
 A body neither reader can read exactly (not UTF-8, `NaN`, a lone surrogate, nesting past
 what can be written again) is `Unreadable`: it goes upstream uncached.
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Final, Literal
 
 import orjson
@@ -72,10 +75,12 @@ class Spelling:
 
 
 class Members:
-    """An object that names a member more than once: its pairs as written, in order.
+    """An object that names a member more than once, or holds two names equal after
+    case folding (one member to Go's reader, the last one winning): its pairs as
+    written, in order.
 
     Which of two values an upstream uses is up to its parser; whoever reads such an
-    object must either keep every pair (the key) or step aside (a rule)."""
+    object must either keep every pair in order (the key) or step aside (a rule)."""
 
     __slots__ = ("pairs",)
 
@@ -97,25 +102,18 @@ class Members:
 
 def key_default(value: Any) -> orjson.Fragment:
     """orjson's `default` for what `read_exactly` keeps: a `Spelling` as its text, a
-    `Members` as an object with every pair, sorted by name (a stable sort: the order of
-    one name's values stays, since parsers differ in which one they keep). No other
-    value writes as an object with a repeated name, so neither ever meets a plain one."""
+    `Members` as an object with every pair in the order sent (parsers differ in which of
+    two values they keep). No other value writes as an object with a repeated name, so
+    neither ever meets a plain one."""
     if isinstance(value, Spelling):
         return orjson.Fragment(value.text.encode())
     if isinstance(value, Members):
-        pairs = sorted(value.pairs, key=_name)
         parts = [
-            orjson.dumps(name)
-            + b":"
-            + orjson.dumps(item, default=key_default, option=orjson.OPT_SORT_KEYS)
-            for name, item in pairs
+            orjson.dumps(name) + b":" + orjson.dumps(item, default=key_default)
+            for name, item in value.pairs
         ]
         return orjson.Fragment(b"{" + b",".join(parts) + b"}")
     raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-def _name(pair: tuple[str, Any]) -> str:
-    return pair[0]
 
 
 def read(raw: bytes) -> Any:
@@ -125,11 +123,29 @@ def read(raw: bytes) -> Any:
     except orjson.JSONDecodeError:
         return read_exactly(raw)
     try:
-        if orjson.dumps(value) == raw:
+        if orjson.dumps(value) == raw and not _may_fold_twice(raw):
             return value
     except orjson.JSONEncodeError:
         pass  # nested deeper than orjson writes
     return read_exactly(raw)
+
+
+_NAME: Final = re.compile(rb'"((?:[^"\\]|\\.)*)"[ \t\n\r]*:')
+"""A member name: a string followed by a colon. In valid JSON every name matches, and
+so may a few strings that are not names (which only costs the exact reading)."""
+
+
+def _may_fold_twice(raw: bytes) -> bool:
+    """Whether two different names of the body may be equal after case folding (in one
+    object or not: the exact reading tells); a name with an escape counts as such."""
+    names = set(_NAME.findall(raw))
+    if len(names) < 2:
+        return False
+    if all(name.isascii() and b"\\" not in name for name in names):
+        return len({name.lower() for name in names}) != len(names)
+    if any(b"\\" in name for name in names):
+        return True
+    return len({name.decode("utf-8").casefold() for name in names}) != len(names)
 
 
 def read_exactly(raw: bytes) -> Any:
@@ -163,7 +179,9 @@ def read_exactly(raw: bytes) -> Any:
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any] | Members:
     value = dict(pairs)
-    return value if len(value) == len(pairs) else Members(pairs)
+    if len(value) != len(pairs) or folded_twice(list(value)) is not None:
+        return Members(pairs)
+    return value
 
 
 def _float(text: str) -> float | Spelling:

@@ -1,5 +1,5 @@
-"""The two halves of a raw ASGI peer that every hand-written upstream repeats: reading
-the whole request body, and answering with one JSON body."""
+"""What every hand-written raw ASGI upstream repeats: reading the whole request body
+and its headers, and answering with one JSON body."""
 
 from __future__ import annotations
 
@@ -14,6 +14,15 @@ async def read_body(receive: Any) -> bytes:
         body += message.get("body", b"")
         more = message.get("more_body", False)
     return body
+
+
+def headers_of(scope: Any) -> dict[str, str]:
+    """A request's headers by lower-case name, repeated ones joined with ", "."""
+    headers: dict[str, str] = {}
+    for key, value in scope["headers"]:
+        name, text = key.decode("latin-1"), value.decode("latin-1")
+        headers[name] = f"{headers[name]}, {text}" if name in headers else text
+    return headers
 
 
 async def send_json(send: Any, payload: Any, headers: list[tuple[bytes, bytes]] = []) -> None:  # noqa: B006

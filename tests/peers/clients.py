@@ -148,13 +148,25 @@ async def ask(
     return await post(url, body, headers)
 
 
-async def introduce(url: str, credential: str) -> None:
-    """One request the upstream answers with a result for `credential` (a `tools/list`):
-    from then on the sidecar answers that credential from entries for every caller
-    (it answers them only to credentials the upstream accepted lately)."""
-    response = await ask(url, "tools/list", "introduce", credential)
+async def introduce(
+    url: str,
+    credential: str,
+    tool: str | None = None,
+    arguments: dict[str, Any] | None = None,
+    uri: str | None = None,
+) -> None:
+    """One call of `tool` (or one read of `uri`) the upstream answers with a result for
+    `credential`: from then on the sidecar answers that credential from entries for
+    every caller of that tool (or method). It answers them only to credentials the
+    upstream accepted lately for the same tool."""
+    if tool is not None:
+        body = call_body("introduce", tool, arguments or {})
+        response = await post(url, body, call_headers(tool, authorization=credential))
+    else:
+        response = await ask(url, "resources/read", "introduce", credential, uri=uri)
     assert response.status_code == 200, response.text
     assert "result" in response.json(), response.text
+    assert response.json()["result"].get("isError") is not True, response.text
 
 
 def first_text(response: httpx.Response) -> str:

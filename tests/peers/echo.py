@@ -16,7 +16,7 @@ import json
 import threading
 from typing import Any
 
-from .asgi import read_body
+from .asgi import headers_of, read_body
 
 IDENTITY = (
     "authorization",
@@ -47,10 +47,7 @@ class EchoUpstream:
         if scope["type"] != "http":
             return
         body = await read_body(receive)
-        headers: dict[str, str] = {}
-        for key, value in scope["headers"]:
-            name, text = key.decode("latin-1"), value.decode("latin-1")
-            headers[name] = f"{headers[name]}, {text}" if name in headers else text
+        headers = headers_of(scope)
         self.seen.append(headers)
         request = json.loads(body) if body else {}
         arguments = request.get("params", {}).get("arguments", {})

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .asgi import read_body
+from .asgi import headers_of, read_body
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,12 @@ class Received:
 class Recorder:
     received: list[Received] = field(default_factory=list)
     accepted: frozenset[str] | None = None
-    """When set, only these `Authorization` values are served; others get a 401."""
+    """When set, only these `Authorization` values are served; others get a 401 (or,
+    with `refuse_in_result`, a 200 whose result says `isError`, as servers that pass a
+    caller's token on to a backend do)."""
+    refuse_in_result: bool = False
+    status: int = 200
+    """The status of every answer to a request (a 503: the upstream is failing)."""
 
     @property
     def calls(self) -> int:
@@ -36,13 +41,14 @@ class Recorder:
         if scope["type"] != "http":
             return
         body = await read_body(receive)
-        headers: dict[str, str] = {}
-        for key, value in scope["headers"]:
-            name, text = key.decode("latin-1"), value.decode("latin-1")
-            headers[name] = f"{headers[name]}, {text}" if name in headers else text
+        headers = headers_of(scope)
         self.received.append(Received(scope["method"], scope["query_string"], headers, body))
-        if self.accepted is not None and headers.get("authorization") not in self.accepted:
+        refused = self.accepted is not None and headers.get("authorization") not in self.accepted
+        if refused and not self.refuse_in_result:
             await _send(send, 401, {"error": "unauthorized"})
+            return
+        if self.status != 200:
+            await _send(send, self.status, {"error": "unavailable"})
             return
         try:
             request = json.loads(body)
@@ -50,12 +56,14 @@ class Recorder:
             error = {"code": -32700, "message": "Parse error"}
             await _send(send, 400, {"jsonrpc": "2.0", "id": None, "error": error})
             return
-        if not isinstance(request, dict) or "id" not in request:
+        if not isinstance(request, dict) or "id" not in request or "method" not in request:
             await _send(send, 202, None)
             return
         params = request.get("params")
         said = {"call": self.calls, "params": params}
-        result = {"content": [{"type": "text", "text": json.dumps(said)}]}
+        result: dict[str, Any] = {"content": [{"type": "text", "text": json.dumps(said)}]}
+        if refused:
+            result = {"content": [{"type": "text", "text": "backend said 401"}], "isError": True}
         await _send(send, 200, {"jsonrpc": "2.0", "id": request["id"], "result": result})
 
 

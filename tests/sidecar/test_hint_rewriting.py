@@ -121,7 +121,7 @@ async def test_a_rewritten_result_kept_for_every_caller_stays_public(
     sidecar = make_sidecar(server)
     uri = f"doc://{unique()}"
     miss = await sidecar.ask("resources/read", 1, "Bearer alice", uri=uri)
-    await introduce(sidecar.url("s"), "Bearer bob")
+    await introduce(sidecar.url("s"), "Bearer bob", uri=f"doc://{unique()}")
     hit = await sidecar.ask("resources/read", 2, "Bearer bob", uri=uri)
     assert hit.headers["cache-status"] == "mcpcache; hit; detail=public"
     for response in (miss, hit):

@@ -30,7 +30,9 @@ class Lister:
         body = await read_body(receive)
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         request = json.loads(body)
-        if request["method"] == "tools/list":
+        if request["method"] == "tools/list" and request.get("params", {}).get("cursor"):
+            result = {"tools": []}  # a page with no tools: teaches nothing
+        elif request["method"] == "tools/list":
             result = self.listing(headers.get("authorization", "anonymous"))
         else:
             self.calls += 1
@@ -72,13 +74,14 @@ async def test_a_listing_for_every_caller_teaches_no_defaults_to_those_it_answer
     sidecar = make_sidecar(one_server(app.base_url + "/mcp", **cache))
     first = await ask(sidecar.url("s"), "tools/list", 1, "Bearer alice")
     assert first.headers["cache-status"] == "mcpcache; fwd=miss; stored"
-    # An entry for every caller answers a credential the upstream accepted: Bob's first.
-    read = await ask(sidecar.url("s"), "resources/read", 9, "Bearer bob", uri="doc://a")
-    assert read.status_code == 200
+    # An entry for every caller answers a credential the upstream accepted for the same
+    # method: Bob's, on a page of his own that lists no tool.
+    page = await ask(sidecar.url("s"), "tools/list", 9, "Bearer bob", cursor="empty")
+    assert page.json()["result"]["tools"] == []
     seen = await ask(sidecar.url("s"), "tools/list", 2, "Bearer bob")
     assert seen.headers["cache-status"] == "mcpcache; hit; detail=public"
     await call_twice(sidecar.url("s"), "Bearer bob", [{"v": "Bearer alice"}, {}])
-    assert peer.calls == 3, "Alice's default never fills Bob's call"
+    assert peer.calls == 2, "Alice's default never fills Bob's call"
 
 
 async def test_a_server_at_a_new_url_is_not_taught_by_the_old_servers_listing(

@@ -161,6 +161,14 @@ def test_an_id_spelt_otherwise_than_its_value_is_a_request_in_doubt() -> None:
             b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"x":1,"X":2}}}',
             "ambiguous_name",
         ),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","Task":{}}}',
+            "ambiguous_name",
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","Arguments":{}}}',
+            "ambiguous_name",
+        ),
     ],
 )
 def test_a_request_whose_params_are_in_doubt_keeps_its_method_and_id(

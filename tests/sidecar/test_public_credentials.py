@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from mcpcache.sidecar.rules.callers import credential_in
-from peers.clients import call_body, call_headers, http_client, unique
+from peers.clients import ask, call_body, call_headers, http_client, unique
 from peers.recorder import Recorder, said
-from peers.serving import ServedApp, served
+from peers.serving import ServedApp, async_wait_until, served
 from peers.sidecar import RunningSidecar, one_server
 
 GOOD = ("Bearer alice-token", "Bearer bob-token")
@@ -116,3 +116,43 @@ async def test_an_empty_or_scheme_only_credential_is_anonymous_to_an_entry_for_e
     await _call(sidecar, other, "Bearer alice-token", 4)
     blank_after = await _call(sidecar, other, blank, 5)
     assert blank_after.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+
+
+async def test_a_refusal_in_a_result_or_a_protocol_answer_accepts_no_credential(
+    make_sidecar,
+) -> None:
+    # Servers that pass a caller's token on to a backend answer anyone at the protocol
+    # level and report the backend's refusal as an `isError` result.
+    peer = Recorder(accepted=frozenset(GOOD), refuse_in_result=True)
+    with served(peer, lifespan="off") as app:
+        sidecar = _public(make_sidecar, app)
+        q = unique()
+        await _call(sidecar, q, GOOD[0])
+        refused = await _call(sidecar, unique(), "Bearer junk", 2)
+        assert refused.json()["result"]["isError"] is True
+        await ask(sidecar.url("echo"), "tools/list", 3, "Bearer junk")
+        calls = peer.calls
+        junk = await _call(sidecar, q, "Bearer junk", 4)
+        assert junk.json()["result"]["isError"] is True, "the upstream's answer, not the entry"
+        assert peer.calls == calls + 1
+
+
+async def test_an_unchecked_credential_never_gets_a_stale_answer_for_every_caller(
+    make_sidecar, guarded
+) -> None:
+    peer, app = guarded
+    rules = [{"name": "t", "scope": "public"}]
+    document = one_server(
+        app.base_url + "/mcp", name="echo", tools=rules, ttl="1s", staleIfError="10m"
+    )
+    sidecar = make_sidecar(document)
+    q = unique()
+    await _call(sidecar, q, GOOD[0])
+    (entry,) = sidecar.sidecar.cache.values()
+    clock = sidecar.sidecar.cache.timer
+    await async_wait_until(lambda: clock() >= entry.expires_at, what="the entry to expire")
+    peer.status = 503
+    checked = await _call(sidecar, q, GOOD[0], 2)
+    assert checked.headers["cache-status"].startswith("mcpcache; fwd=stale")
+    junk = await _call(sidecar, q, "Bearer junk", 3)
+    assert junk.status_code == 401, "the upstream's refusal, not the stale entry"

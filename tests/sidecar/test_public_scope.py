@@ -77,7 +77,7 @@ async def test_a_public_tool_is_shared_by_two_end_users_while_a_private_one_is_n
         mcp_client(sidecar.url("docs"), headers=ALICE) as alice,
         mcp_client(sidecar.url("docs"), headers=BOB) as bob,
     ):
-        await introduce(sidecar.url("docs"), "Bearer bob")  # accepted by the upstream
+        await introduce(sidecar.url("docs"), "Bearer bob", "search", {"q": unique()})
         searches, reads = peer.calls["search"], peer.calls["get_doc"]
         shared = [text_of(await c.call_tool("search", {"q": q})) for c in (alice, bob)]
         own = [text_of(await c.call_tool("get_doc", {"name": doc})) for c in (alice, bob)]
@@ -163,7 +163,7 @@ async def test_a_result_the_server_marks_public_is_shared_under_trust_public_hin
     document = one_server(app.base_url + "/mcp", name="docs", trustPublicHints=True)
     sidecar = make_sidecar(document)
     uri = f"doc://{unique()}"
-    await introduce(sidecar.url("docs"), "Bearer bob")
+    await introduce(sidecar.url("docs"), "Bearer bob", uri=f"doc://{unique()}")
     reads = peer.calls["doc"]
     first = await read(sidecar, uri, authorization="Bearer alice")
     second = await read(sidecar, uri, authorization="Bearer bob")
@@ -217,7 +217,9 @@ async def test_a_call_waiting_on_another_users_public_call_shares_only_a_stored_
     rules = [{"name": "held", "scope": "public"}]
     sidecar = make_sidecar(one_server(app.base_url + "/mcp", name="docs", tools=rules))
     arguments = {"gate": unique(), "outcome": outcome}
-    await introduce(sidecar.url("docs"), "Bearer bob")
+    opened = unique()
+    peer.gate(opened).set()
+    await introduce(sidecar.url("docs"), "Bearer bob", "held", {"gate": opened})
     before = peer.calls["held"]
     async with http_client(timeout=30) as http:
 
@@ -290,7 +292,7 @@ async def test_a_caller_without_a_credential_never_meets_a_public_entry_fetched_
     assert "for Bearer carol" not in anonymous[0].text
     other_credential = await call(sidecar, "search", {"q": q}, **{"x-api-key": "k"})
     assert status_of(other_credential) == "mcpcache; fwd=miss", "a key is not a token"
-    await introduce(sidecar.url("docs"), "Bearer dave")
+    await introduce(sidecar.url("docs"), "Bearer dave", "search", {"q": unique()})
     dave = await call(sidecar, "search", {"q": q}, authorization="Bearer dave")
     assert status_of(dave) == "mcpcache; hit; detail=public"
-    assert peer.calls["search"] == searches + 3
+    assert peer.calls["search"] == searches + 4, "carol, the anonymous, the key, dave's own"

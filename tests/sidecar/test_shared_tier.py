@@ -546,10 +546,11 @@ async def test_a_public_tool_entry_is_shared_by_the_replicas_of_one_app_and_no_o
 
     first, second, other_app = replica(app_id), replica(app_id), replica(new_app())
     arguments = {"q": unique()}
+    # Each replica checks its callers: Bob's credential, accepted upstream there.
+    await introduce(second.url("s"), "Bearer bob", "search", {"q": unique()})
     before = peer.calls["search"]
     await call(first, "search", arguments, authorization="Bearer alice")
     await stored(first)
-    await introduce(second.url("s"), "Bearer bob")  # each replica checks its callers
     status, _, answer = await call(second, "search", arguments, authorization="Bearer bob")
     assert status == SHARED_PUBLIC_HIT
     assert "for Bearer alice" in text_of(answer), "one entry, fetched for alice"
@@ -571,10 +572,10 @@ async def test_a_result_the_server_marks_public_reaches_another_replica_and_priv
         document["servers"][0]["cache"]["trustPublicHints"] = True
         first, second = make_sidecar(document), make_sidecar(document)
         uri = f"doc://{unique()}"
+        await introduce(second.url("s"), "Bearer bob", uri=f"doc://{unique()}")
         before = peer.calls["doc"]
         mine = await read(first, uri, "alice")
         await stored(first)
-        await introduce(second.url("s"), "Bearer bob")
         theirs = await read(second, uri, "bob")
         contents = [json.loads(r.text)["result"]["contents"] for r in (mine, theirs)]
         if shared:
@@ -600,16 +601,16 @@ async def test_a_public_entry_too_large_for_a_replicas_memory_is_still_answered_
     documents[1]["cache"] = {"maxBytes": "1Ki"}
     roomy, small = (make_sidecar(document) for document in documents)
     arguments = {"size": 4000}
+    await introduce(small.url("s"), "Bearer bob", "blob", {"size": 10})
     before = peer.calls["blob"]
     await call(roomy, "blob", arguments, authorization="Bearer alice")
     await stored(roomy)
-    await introduce(small.url("s"), "Bearer bob")
     for _ in range(2):
         status, _, answer = await call(small, "blob", arguments, authorization="Bearer bob")
         assert status == SHARED_PUBLIC_HIT
         assert "io.mcpcache/age" in answer["result"]["_meta"]
     assert peer.calls["blob"] == before + 1
-    assert small.sample("mcpcache_cache_entries") == 0, "served, not kept"
+    assert small.sample("mcpcache_cache_entries") == 1, "served, not kept (one: bob's own)"
 
 
 def rechecking_replicas(

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from peers.clients import call_body, call_headers, post, unique
+from peers.clients import call_body, call_headers, introduce, post, unique
 from peers.faulty import FaultyUpstream
 from peers.serving import async_wait_until, wait_until
 from peers.sidecar import RunningSidecar, one_server
@@ -211,6 +211,7 @@ async def test_a_stale_answer_from_an_entry_for_every_caller_says_so(
     arguments = {"text": unique()}
     first = await call(sidecar, "echo", arguments, "first", authorization="Bearer alice")
     stored_at = time.monotonic()  # the entry was stored before this
+    await introduce(sidecar.url("s"), "Bearer bob", "echo", {"text": unique()})
     app.stop()
     await past(stored_at + 1.05)
     stale = await call(sidecar, "echo", arguments, "second", authorization="Bearer bob")

@@ -239,3 +239,27 @@ def test_any_body_reaches_the_upstream_exactly_as_the_client_wrote_it(
     assert response.status_code == 200, response.text
     assert (peer.received[-1].body, peer.received[-1].query) == (raw, b"k=1")
     assert said(response)["params"] == body["params"]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"[]",
+        b'[{"jsonrpc":"2.0","method":"notifications/initialized"}]',
+        b'{"jsonrpc":"2.0","method":"notifications/x","Method":"notifications/y"}',
+    ],
+)
+async def test_a_body_answered_202_flushes_nothing_though_it_could_not_be_read(
+    make_sidecar, recorder, raw: bytes
+) -> None:
+    # A 202 answers notifications and responses only: no request in it wrote.
+    _, app = recorder
+    rules = [{"name": "t"}, {"name": "w", "invalidates": ["t"]}]
+    sidecar = _sidecar(make_sidecar, app, tools=rules)
+    stored = _bodies(unique())[0]
+    async with http_client(timeout=10) as http:
+        await http.post(sidecar.url("on"), content=stored, headers=HEADERS)
+        response = await http.post(sidecar.url("on"), content=raw, headers=HEADERS)
+        assert response.status_code == 202
+        again = await http.post(sidecar.url("on"), content=stored, headers=HEADERS)
+    assert again.headers["cache-status"] == "mcpcache; hit"

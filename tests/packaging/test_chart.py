@@ -112,6 +112,7 @@ def test_every_rendered_manifest_validates_against_the_kubernetes_schemas(
         "PodDisruptionBudget",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "Pod",  # `helm test`'s
     ]
     if custom:
         extra = ["Role", "Role", "RoleBinding", "RoleBinding", "ServiceMonitor", "PodMonitor"]
@@ -140,6 +141,26 @@ def test_the_charts_kubernetes_floor_is_the_first_version_that_has_all_its_objec
     policy = by_kind(documents, "ValidatingAdmissionPolicy")
     with pytest.raises(kubernetes_validate.SchemaNotFoundError):
         kubernetes_validate.validate(policy, "1.29.0", strict=True)
+
+
+def test_the_helm_test_pod_asks_for_the_sidecar_where_the_webhook_serves(control_plane) -> None:
+    (pod,) = render(control_plane, "--show-only", "templates/tests/sidecar-answers.yaml")
+    assert pod["metadata"]["namespace"] == "default"
+    assert pod["metadata"]["labels"]["mcpcache.io/inject"] == "true"
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    watched = render(
+        control_plane,
+        "--show-only", "templates/tests/sidecar-answers.yaml",
+        "--set", "operator.watchNamespaces={agents,tools}",
+    )  # fmt: skip
+    assert watched[0]["metadata"]["namespace"] == "agents"
+    chosen = render(
+        control_plane,
+        "--show-only", "templates/tests/sidecar-answers.yaml",
+        "--set", "tests.namespace=smoke",
+    )  # fmt: skip
+    assert chosen[0]["metadata"]["namespace"] == "smoke"
 
 
 def test_with_cert_manager_every_render_is_the_same(control_plane) -> None:

@@ -23,30 +23,26 @@ from peers.workloads import (
     wait_for,
 )
 
-FIRST_CALL = """
-import os, sys, urllib.error, urllib.request
-request = urllib.request.Request(
-    os.environ["MCPCACHE_URL"] + "/docs",
-    data=b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}',
-    headers={"content-type": "application/json", "accept": "application/json, text/event-stream"},
-)
-try:
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        print("answered", answer.status)
-except urllib.error.HTTPError as answer:
-    print("answered", answer.code)
-except OSError as refused:
-    print("refused", refused)
-    sys.exit(3)
+FIRST_CALL = r"""
+port=${MCPCACHE_URL#http://localhost:}; port=${port%%/*}
+if ! exec 3<>"/dev/tcp/127.0.0.1/$port"; then echo "refused on $port"; exit 3; fi
+body='{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
+head='POST /mcp/docs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n'
+head+='Accept: application/json, text/event-stream\r\nConnection: close\r\n'
+printf '%bContent-Length: %d\r\n\r\n%s' "$head" "${#body}" "$body" >&3
+IFS= read -r status <&3
+echo "answered ${status%$'\r'}"
 """
-"""The app's very first instruction: one request through the sidecar. Any HTTP answer
-means the sidecar was listening; a refused connection means the app started first."""
+"""The app's very first instruction, in bash (which starts in milliseconds, where Python
+takes a tenth of a second): open a connection to the sidecar and send one request. Any
+HTTP answer means the sidecar was listening; a refused connection means the app
+started first."""
 
 
 def first_call_pod(name: str, image: str) -> dict[str, Any]:
     pod = agent_pod(name, image)
     pod["spec"]["restartPolicy"] = "Never"  # a refused call is not hidden by a restart
-    pod["spec"]["containers"][0]["command"] = ["python", "-c", FIRST_CALL]
+    pod["spec"]["containers"][0]["command"] = ["bash", "-c", FIRST_CALL]
     return pod
 
 

@@ -198,16 +198,8 @@ def environment_problem(variable: str, value: str, allowed: str) -> str:
     return f"{variable}: {shown(value)} is not allowed: {allowed}"
 
 
-def lines_of(exc: ValueError, model: type[BaseModel] | None = None) -> list[str]:
-    """The lines of any error the model's validation raises."""
-    if isinstance(exc, ValidationError):
-        return problems(exc, model)
-    return [str(exc)]
-
-
 __all__ = [
     "environment_problem",
-    "lines_of",
     "location",
     "problem",
     "problems",

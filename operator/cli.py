@@ -159,7 +159,11 @@ def main(argv: Sequence[str] = ()) -> int:
     args = parser.parse_args(list(argv))
     configure_logging(args.log_level)
     quiet_logs()
-    settings = OperatorSettings.from_environment()
+    try:
+        settings = OperatorSettings.from_environment()
+    except ValueError as exc:
+        logger.error("cannot start: invalid settings", extra={"problems": str(exc).splitlines()})
+        return 2
     logger.info(
         "operator starting",
         extra={

@@ -15,6 +15,8 @@ containers, this one does not see it. It meets the restricted Pod Security Stand
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import re
 from collections.abc import Mapping
 from typing import Any, Final
@@ -37,14 +39,36 @@ from mcpcache.sidecar.config import (
     SHARED_CACHE_USERNAME_ENV,
 )
 
+from .build import VERSION
 from .configmap import CONFIG_KEY, CONFIGMAP_NAME
-from .settings import SIDECAR_LISTEN_PORT, SIDECAR_METRICS_PORT, OperatorSettings
+from .pod_annotations import InjectionRefused, PodChoices, pod_choices
+from .settings import OperatorSettings
+
+__all__ = [
+    "APP_ID_ANNOTATION",
+    "DIGEST_ANNOTATION",
+    "INJECT_ANNOTATION",
+    "INJECT_LABEL",
+    "SIDECAR_NAME",
+    "VERSION_ANNOTATION",
+    "InjectionRefused",
+    "app_id_of",
+    "injected_annotations",
+    "plan_injection",
+    "sidecar_container",
+    "wants_sidecar",
+]
 
 INJECT_LABEL: Final = "mcpcache.io/inject"
 """The webhook's objectSelector: only pods labelled so are sent to the operator."""
 INJECT_ANNOTATION: Final = "mcpcache.io/inject"
 """The earlier opt-in; honoured on pods that also carry the label."""
 APP_ID_ANNOTATION: Final = "mcpcache.io/app-id"
+VERSION_ANNOTATION: Final = "mcpcache.io/version"
+"""Written on each injected pod: the mcpcache that injected it (and whose image it runs)."""
+DIGEST_ANNOTATION: Final = "mcpcache.io/config-digest"
+"""Written on each injected pod: a digest of the injected container, which changes with
+any setting (image, resources, ports, cache budget, log level) the pod was given."""
 SIDECAR_NAME: Final = "mcpcache"
 VOLUME_NAME: Final = "mcpcache-config"
 NO_TOKEN_VOLUME: Final = "mcpcache-no-token"
@@ -54,10 +78,6 @@ URL_ENV: Final = "MCPCACHE_URL"
 SIDECAR_UID: Final = 65532
 
 _APP_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,251}[A-Za-z0-9])?$")
-
-
-class InjectionRefused(ValueError):
-    """The pod asks for the sidecar but its spec cannot take it; the message says why."""
 
 
 def wants_sidecar(pod: Mapping[str, Any]) -> bool:
@@ -80,7 +100,9 @@ def app_id_of(pod: Mapping[str, Any]) -> str:
     return str(app_id)
 
 
-def _sidecar_env(app_id: str, settings: OperatorSettings) -> list[dict[str, Any]]:
+def _sidecar_env(
+    app_id: str, settings: OperatorSettings, choices: PodChoices
+) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": APP_ID_ENV, "value": app_id},
         # Metrics and probes on the pod IP only: scrapable, not on every interface.
@@ -89,14 +111,13 @@ def _sidecar_env(app_id: str, settings: OperatorSettings) -> list[dict[str, Any]
         # mcpcache-metrics in the pod's namespace makes the kubelet add a service-link
         # variable of the same name (MCPCACHE_METRICS_PORT=tcp://...), which a
         # container's own variable overrides.
-        {"name": LISTEN_PORT_ENV, "value": str(SIDECAR_LISTEN_PORT)},
-        {"name": METRICS_PORT_ENV, "value": str(SIDECAR_METRICS_PORT)},
+        {"name": LISTEN_PORT_ENV, "value": str(choices.proxy_port)},
+        {"name": METRICS_PORT_ENV, "value": str(choices.metrics_port)},
     ]
-    if settings.sidecar_cache_max_entries is not None:
-        value = str(settings.sidecar_cache_max_entries)
-        env.append({"name": CACHE_MAX_ENTRIES_ENV, "value": value})
-    if settings.sidecar_cache_max_bytes is not None:
-        env.append({"name": CACHE_MAX_BYTES_ENV, "value": settings.sidecar_cache_max_bytes})
+    if choices.cache_entries is not None:
+        env.append({"name": CACHE_MAX_ENTRIES_ENV, "value": str(choices.cache_entries)})
+    if choices.cache_bytes is not None:
+        env.append({"name": CACHE_MAX_BYTES_ENV, "value": choices.cache_bytes})
     return env + _shared_cache_env(settings)
 
 
@@ -139,7 +160,18 @@ def _shared_cache_env(settings: OperatorSettings) -> list[dict[str, Any]]:
     return env
 
 
-def sidecar_container(app_id: str, settings: OperatorSettings) -> dict[str, Any]:
+STARTUP_SECONDS: Final = 60
+"""How long the kubelet waits for the sidecar to answer before it restarts it."""
+
+
+def sidecar_container(
+    app_id: str, settings: OperatorSettings, choices: PodChoices
+) -> dict[str, Any]:
+    """The native sidecar. Its startup probe is what holds the app back: the kubelet
+    starts the next container only once a restartable init container's startup probe has
+    succeeded, and `/readyz` answers 200 only when both listeners accept connections
+    (without it the app started as soon as the sidecar's process did, about 2 s before
+    its port answered)."""
     return {
         "name": SIDECAR_NAME,
         "image": settings.sidecar_image,
@@ -151,19 +183,24 @@ def sidecar_container(app_id: str, settings: OperatorSettings) -> dict[str, Any]
             f"{CONFIG_DIR}/{CONFIG_KEY}",
             "--allow-missing-config",
             "--log-level",
-            settings.sidecar_log_level,
+            choices.log_level,
         ],
-        "env": _sidecar_env(app_id, settings),
-        "ports": [{"name": "mcpcache-prom", "containerPort": SIDECAR_METRICS_PORT}],
+        "env": _sidecar_env(app_id, settings, choices),
+        "ports": [{"name": "mcpcache-prom", "containerPort": choices.metrics_port}],
+        "startupProbe": {
+            "httpGet": {"path": "/readyz", "port": choices.metrics_port},
+            "periodSeconds": 1,
+            "failureThreshold": STARTUP_SECONDS,
+        },
         "readinessProbe": {
-            "httpGet": {"path": "/readyz", "port": SIDECAR_METRICS_PORT},
+            "httpGet": {"path": "/readyz", "port": choices.metrics_port},
             "periodSeconds": 5,
         },
         "livenessProbe": {
-            "httpGet": {"path": "/healthz", "port": SIDECAR_METRICS_PORT},
+            "httpGet": {"path": "/healthz", "port": choices.metrics_port},
             "periodSeconds": 10,
         },
-        "resources": copy.deepcopy(settings.sidecar_resources),
+        "resources": choices.resources,
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": SIDECAR_UID,
@@ -178,14 +215,6 @@ def sidecar_container(app_id: str, settings: OperatorSettings) -> dict[str, Any]
             {"name": NO_TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
         ],
     }
-
-
-def _used_ports(spec: Mapping[str, Any]) -> dict[int, str]:
-    used: dict[int, str] = {}
-    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-        for port in container.get("ports") or []:
-            used[int(port.get("containerPort", 0))] = container.get("name", "?")
-    return used
 
 
 def plan_injection(pod: Mapping[str, Any], settings: OperatorSettings) -> dict[str, Any] | None:
@@ -206,14 +235,9 @@ def plan_injection(pod: Mapping[str, Any], settings: OperatorSettings) -> dict[s
     for name in (VOLUME_NAME, NO_TOKEN_VOLUME):
         if any(v.get("name") == name for v in volumes):
             raise InjectionRefused(f"a volume is already named {name!r}")
-    used = _used_ports(spec)
-    for port in (SIDECAR_LISTEN_PORT, SIDECAR_METRICS_PORT):
-        if port in used:
-            raise InjectionRefused(
-                f"container {used[port]!r} uses port {port}, which the mcpcache sidecar needs"
-            )
+    choices = pod_choices(pod, settings)
     app_id = app_id_of(pod)
-    base_url = f"http://localhost:{SIDECAR_LISTEN_PORT}/mcp"
+    base_url = f"http://localhost:{choices.proxy_port}/mcp"
     containers = []
     for container in spec.get("containers") or []:
         container = copy.deepcopy(container)
@@ -223,7 +247,7 @@ def plan_injection(pod: Mapping[str, Any], settings: OperatorSettings) -> dict[s
         container["env"] = env
         containers.append(container)
     return {
-        "initContainers": [*init_containers, sidecar_container(app_id, settings)],
+        "initContainers": [*init_containers, sidecar_container(app_id, settings, choices)],
         "containers": containers,
         "volumes": [
             *volumes,
@@ -233,4 +257,16 @@ def plan_injection(pod: Mapping[str, Any], settings: OperatorSettings) -> dict[s
             },
             {"name": NO_TOKEN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Ki"}},
         ],
+    }
+
+
+def injected_annotations(plan: Mapping[str, Any]) -> dict[str, str]:
+    """The annotations an injected pod carries, so that a fleet upgrade can list the pods
+    whose sidecar is older than the operator (`kubectl get pods -L mcpcache.io/version`
+    does not list annotations; the upgrade page shows the jsonpath that does)."""
+    sidecar = next(c for c in plan["initContainers"] if c.get("name") == SIDECAR_NAME)
+    canonical = json.dumps(sidecar, sort_keys=True, separators=(",", ":")).encode()
+    return {
+        VERSION_ANNOTATION: VERSION,
+        DIGEST_ANNOTATION: "sha256:" + hashlib.sha256(canonical).hexdigest()[:16],
     }

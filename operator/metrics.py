@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from .build import VERSION
+
 
 class OperatorMetrics:
     def __init__(self) -> None:
@@ -66,6 +68,14 @@ class OperatorMetrics:
             ["result"],
             registry=self.registry,
         )
+        self.build_info = Gauge(
+            "mcpcache_build_info",
+            "Always 1; the version label says which mcpcache this operator runs (and "
+            "injects: pods carry it as the mcpcache.io/version annotation).",
+            ["version"],
+            registry=self.registry,
+        )
+        self.build_info.labels(VERSION).set(1)
         for method, resource in (
             ("POST", "configmaps"),
             ("PUT", "configmaps"),

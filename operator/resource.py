@@ -16,6 +16,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from mcpcache.sidecar.config import MAX_SIZE_CEILING, Server, ServerCache
+from mcpcache.sidecar.config.errors import problems
 from mcpcache.sidecar.config.units import format_quantity
 
 PURGE_ANNOTATION: Final = "mcpcache.io/purge"
@@ -53,22 +54,24 @@ def resolve_server(
     cache = dict(spec.get("cache") or {})
     try:
         requested = ServerCache.model_validate(cache)
-        clamped_from = None
-        if requested.max_size_clamped:
-            clamped_from = str(cache.get("maxSize"))
-            requested = requested.model_copy(update={"max_size": MAX_SIZE_CEILING})
-        server = Server(
-            name=name,
-            url=endpoint.get("url", ""),
-            cache=requested,
-            purge=purge_marker(annotations),
+    except ValidationError as exc:
+        return ResolvedServer(None, error="; ".join(problems(exc, ServerCache, "spec.cache")))
+    clamped_from = None
+    if requested.max_size_clamped:
+        clamped_from = str(cache.get("maxSize"))
+        requested = requested.model_copy(update={"max_size": MAX_SIZE_CEILING})
+    fields: dict[str, Any] = {"url": endpoint.get("url", "")}
+    if "timeout" in endpoint:
+        fields["timeout"] = endpoint["timeout"]
+    try:
+        server = Server.model_validate(
+            {"name": name, **fields, "cache": requested, "purge": purge_marker(annotations)}
         )
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or 'spec'}: {error['msg']}"
-            for error in exc.errors()
+        # The endpoint's fields are the only ones of Server the spec writes itself.
+        return ResolvedServer(
+            None, error="; ".join(problems(exc, Server, "spec.endpoint.streamableHTTP"))
         )
-        return ResolvedServer(None, error=problems)
     shadowed = tuple((rule.name, earlier.name) for rule, earlier in requested.shadowed_rules())
     return ResolvedServer(server, clamped_from, shadowed=shadowed)
 

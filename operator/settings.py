@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any, Self
+from typing import Any, Final, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mcpcache.sidecar.config import DEFAULT_LISTEN_PORT as SIDECAR_LISTEN_PORT
 from mcpcache.sidecar.config import DEFAULT_METRICS_PORT as SIDECAR_METRICS_PORT
+from mcpcache.sidecar.config.errors import problem
 
 __all__ = ["SIDECAR_LISTEN_PORT", "SIDECAR_METRICS_PORT", "OperatorSettings"]
 
@@ -87,32 +88,26 @@ class OperatorSettings(BaseModel):
             raise ValueError("sidecar.sharedCache.sentinel needs the primary's name (master)")
         return self
 
+    @model_validator(mode="after")
+    def _renewal_before_expiry(self) -> Self:
+        """A leader that cannot renew must stop writing before its Lease expires and a
+        standby takes it: with renewDeadline >= leaseDuration two replicas could write."""
+        if not 0 < self.lease_retry_period < self.lease_renew_deadline < self.lease_duration:
+            raise ValueError(
+                f"{ENVIRONMENT['lease_renew_deadline']}: {self.lease_renew_deadline:g} is not "
+                f"allowed: it must be below {ENVIRONMENT['lease_duration']} "
+                f"({self.lease_duration:g}) and above {ENVIRONMENT['lease_retry_period']} "
+                f"({self.lease_retry_period:g})"
+            )
+        return self
+
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
+        """The settings the environment gives, or a ValueError with one line per problem,
+        each naming its variable (`MCPCACHE_LEASE_DURATION: 'soon' is not allowed: ...`)."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        simple = {
-            "MCPCACHE_SIDECAR_IMAGE": "sidecar_image",
-            "MCPCACHE_SIDECAR_IMAGE_PULL_POLICY": "sidecar_image_pull_policy",
-            "MCPCACHE_SIDECAR_LOG_LEVEL": "sidecar_log_level",
-            "MCPCACHE_SIDECAR_CACHE_MAX_ENTRIES": "sidecar_cache_max_entries",
-            "MCPCACHE_SIDECAR_CACHE_MAX_BYTES": "sidecar_cache_max_bytes",
-            "MCPCACHE_SIDECAR_SHARED_CACHE_URL": "sidecar_shared_cache_url",
-            "MCPCACHE_SIDECAR_SHARED_CACHE_TIMEOUT": "sidecar_shared_cache_timeout",
-            "MCPCACHE_SIDECAR_SHARED_CACHE_SECRET": "sidecar_shared_cache_secret",
-            "MCPCACHE_SIDECAR_SHARED_CACHE_SENTINEL_MASTER": "sidecar_shared_cache_sentinel_master",
-            "MCPCACHE_METRICS_PORT": "metrics_port",
-            "MCPCACHE_HEALTH_PORT": "health_port",
-            "MCPCACHE_WEBHOOK_PORT": "webhook_port",
-            "MCPCACHE_WEBHOOK_CERT": "webhook_cert",
-            "MCPCACHE_WEBHOOK_KEY": "webhook_key",
-            "MCPCACHE_LEASE_NAMESPACE": "lease_namespace",
-            "MCPCACHE_LEASE_NAME": "lease_name",
-            "MCPCACHE_LEASE_DURATION": "lease_duration",
-            "MCPCACHE_LEASE_RENEW_DEADLINE": "lease_renew_deadline",
-            "MCPCACHE_LEASE_RETRY_PERIOD": "lease_retry_period",
-            "MCPCACHE_POD_NAME": "identity",
-        }
+        simple = {variable: field for field, variable in ENVIRONMENT.items()}
         for variable, field in simple.items():
             if variable in env and env[variable] != "":
                 values[field] = env[variable]
@@ -126,4 +121,46 @@ class OperatorSettings(BaseModel):
         ):
             if listed := env.get(variable):
                 values[field] = tuple(n.strip() for n in listed.split(",") if n.strip())
-        return cls.model_validate(values)
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise ValueError("\n".join(_problems(exc))) from None
+
+
+ENVIRONMENT: Final = {
+    "sidecar_image": "MCPCACHE_SIDECAR_IMAGE",
+    "sidecar_image_pull_policy": "MCPCACHE_SIDECAR_IMAGE_PULL_POLICY",
+    "sidecar_log_level": "MCPCACHE_SIDECAR_LOG_LEVEL",
+    "sidecar_cache_max_entries": "MCPCACHE_SIDECAR_CACHE_MAX_ENTRIES",
+    "sidecar_cache_max_bytes": "MCPCACHE_SIDECAR_CACHE_MAX_BYTES",
+    "sidecar_shared_cache_url": "MCPCACHE_SIDECAR_SHARED_CACHE_URL",
+    "sidecar_shared_cache_timeout": "MCPCACHE_SIDECAR_SHARED_CACHE_TIMEOUT",
+    "sidecar_shared_cache_secret": "MCPCACHE_SIDECAR_SHARED_CACHE_SECRET",
+    "sidecar_shared_cache_sentinel_master": "MCPCACHE_SIDECAR_SHARED_CACHE_SENTINEL_MASTER",
+    "metrics_port": "MCPCACHE_METRICS_PORT",
+    "health_port": "MCPCACHE_HEALTH_PORT",
+    "webhook_port": "MCPCACHE_WEBHOOK_PORT",
+    "webhook_cert": "MCPCACHE_WEBHOOK_CERT",
+    "webhook_key": "MCPCACHE_WEBHOOK_KEY",
+    "lease_namespace": "MCPCACHE_LEASE_NAMESPACE",
+    "lease_name": "MCPCACHE_LEASE_NAME",
+    "lease_duration": "MCPCACHE_LEASE_DURATION",
+    "lease_renew_deadline": "MCPCACHE_LEASE_RENEW_DEADLINE",
+    "lease_retry_period": "MCPCACHE_LEASE_RETRY_PERIOD",
+    "identity": "MCPCACHE_POD_NAME",
+}
+"""The variable each single-valued setting is read from (the chart sets them)."""
+
+
+def _problems(exc: ValidationError) -> list[str]:
+    """One line per problem, named by the variable the value came from."""
+    lines = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        variable = ENVIRONMENT.get(field) or f"MCPCACHE_{field.upper()}"
+        if not field:
+            lines.append(problem(error))
+        else:
+            error["loc"] = ()
+            lines.append(problem(error, None, variable))
+    return lines

@@ -95,6 +95,7 @@ def desired_status(
         cache = effective.server.cache
         status["effectiveTTL"] = format_duration(cache.ttl)
         status["effectiveMaxSize"] = format_quantity(cache.max_size)
+        status["effectiveTimeout"] = format_duration(effective.server.timeout)
         if cache.tools:
             status["effectiveTools"] = effective_tools(cache)
         conditions.append(

@@ -7,7 +7,13 @@ from typing import Any
 
 import kopf
 
-from .injection import INJECT_LABEL, InjectionRefused, plan_injection, wants_sidecar
+from .injection import (
+    INJECT_LABEL,
+    InjectionRefused,
+    injected_annotations,
+    plan_injection,
+    wants_sidecar,
+)
 from .metrics import OperatorMetrics
 from .settings import OperatorSettings
 
@@ -58,6 +64,8 @@ def build_registry(settings: OperatorSettings, metrics: OperatorMetrics) -> kopf
             return
         for field, value in plan.items():
             patch.spec[field] = value
+        for key, value in injected_annotations(plan).items():
+            patch.metadata.annotations[key] = value
         metrics.admissions.labels("dry_run" if dryrun else "injected").inc()
 
     return registry

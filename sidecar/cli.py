@@ -35,8 +35,11 @@ def _sidecar(args: argparse.Namespace) -> int:
         else:
             path, parse = Path(args.config), parse_config
         source = ConfigSource(path, allow_missing=args.allow_missing_config, parse=parse)
-    except (OSError, ConfigError) as exc:
-        logger.error("cannot start: invalid configuration", extra={"reason": str(exc)})
+    except ConfigError as exc:
+        logger.error("cannot start: invalid configuration", extra={"problems": exc.problems})
+        return 2
+    except OSError as exc:
+        logger.error("cannot start: invalid configuration", extra={"problems": [str(exc)]})
         return 2
     try:
         import uvloop
@@ -54,7 +57,8 @@ def _check_config(args: argparse.Namespace) -> int:
     try:
         config = load_config(Path(args.config))
     except ConfigError as exc:
-        print(f"invalid: {exc}", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"invalid: {problem}", file=sys.stderr)
         return 1
     if config.shared_cache is not None:
         config = config.model_copy(update={"shared_cache": config.shared_cache.redacted()})
@@ -201,6 +205,9 @@ def _admin_options(parser: argparse.ArgumentParser) -> None:
 def build_parser(added: Iterable[str] = ()) -> argparse.ArgumentParser:
     """The sidecar's commands, and the `added` ones (listed for --help only)."""
     parser = argparse.ArgumentParser(prog="mcpcache", description=__doc__)
+    parser.add_argument(
+        "--version", action="version", version=f"mcpcache {importlib.metadata.version('mcpcache')}"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     sidecar = commands.add_parser("sidecar", help="run the caching proxy")
@@ -269,7 +276,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             command = added[first].load()
         except ImportError as exc:  # installed without what it needs (`.[operator]`)
-            print(f"`mcpcache {first}` is not available here: {exc}", file=sys.stderr)
+            missing = f" (missing: {exc.name})" if exc.name else f" ({exc})"
+            print(
+                f"mcpcache {first}: needs the {first} extras, which are not installed"
+                f"{missing}; install them with: pip install 'mcpcache[{first}]'",
+                file=sys.stderr,
+            )
             return 2
         code: int = command(arguments[1:])
         return code

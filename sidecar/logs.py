@@ -14,6 +14,30 @@ import orjson
 
 _PLAIN = (str, int, float, bool, type(None), list, tuple, dict)
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+_DROPPED = frozenset({"color_message"})
+"""Extras that are not data: uvicorn attaches its message again with ANSI colour codes."""
+
+_ONCE_PER_PROCESS = frozenset(
+    {"Started server process [%d]", "Finished server process [%d]", "Shutting down"}
+)
+"""uvicorn's process-wide lines, which each of the sidecar's two listeners logs."""
+
+
+class _OncePerProcess(logging.Filter):
+    """Lets each of uvicorn's process-wide lines through once: the sidecar runs two
+    uvicorn servers in one process, and "Started server process" twice reads as two."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg not in _ONCE_PER_PROCESS:
+            return True
+        if record.msg in self._seen:
+            return False
+        self._seen.add(str(record.msg))
+        return True
 
 
 class JSONFormatter(logging.Formatter):
@@ -26,7 +50,9 @@ class JSONFormatter(logging.Formatter):
         }
         for key, value in vars(record).items():
             # Only plain data: libraries attach whole objects (settings, clients) as extras.
-            if key not in _STANDARD and not key.startswith("_") and isinstance(value, _PLAIN):
+            if key in _STANDARD or key in _DROPPED or key.startswith("_"):
+                continue
+            if isinstance(value, _PLAIN):
                 line[key] = value
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
@@ -42,5 +68,10 @@ def configure_logging(level: str = "INFO") -> None:
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
+    uvicorn_lines = logging.getLogger("uvicorn.error")
+    uvicorn_lines.filters[:] = [
+        f for f in uvicorn_lines.filters if not isinstance(f, _OncePerProcess)
+    ]
+    uvicorn_lines.addFilter(_OncePerProcess())
     # The proxy logs each upstream call itself; per-request access lines would log hits.
     logging.getLogger("uvicorn.access").disabled = True

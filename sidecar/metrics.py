@@ -6,6 +6,7 @@ reason: never a caller, a token, an argument or a body.
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Iterable
 from typing import Any, Final, get_args
 
@@ -23,6 +24,8 @@ keeps calls missing is soon named, while names a caller sends a few times (to fi
 labels, say) stay `other`."""
 KEYED_HEADER_CANDIDATES: Final = 256
 """Names counted towards a label value at most; the least recently seen are forgotten."""
+VERSION: Final = importlib.metadata.version("mcpcache")
+"""The installed distribution's version, exported as `mcpcache_build_info{version}`."""
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -133,6 +136,14 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        self.build_info = Gauge(
+            "mcpcache_build_info",
+            "Always 1; the version label says which mcpcache this sidecar runs (count the "
+            "sidecars of each version during a fleet upgrade).",
+            ["version"],
+            registry=self.registry,
+        )
+        self.build_info.labels(VERSION).set(1)
         for reason in get_args(EvictionReason):
             self.evictions.labels(reason)
         # Present from the start at 0, so that increase() sees the first rejection.

@@ -15,6 +15,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from .errors import shown
 from .units import format_duration, format_quantity, parse_duration, parse_quantity
 
 DEFAULT_TTL_SECONDS = 30.0
@@ -41,22 +42,27 @@ DEFAULT_SHARED_RETRY_AFTER = 5.0
 
 
 def _duration(value: Any) -> float:
+    """A duration string; a bare number only when it is 0 or negative (refused below):
+    `ttl: 60` read as seconds surprised people who meant minutes, as Kubernetes'
+    `metav1.Duration` refuses it too."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+        if value <= 0:
+            return float(value)
+        raise ValueError(f"{value:g} has no unit: write a duration with one, e.g. {value:g}s or 5m")
     if isinstance(value, str):
         return parse_duration(value)
-    raise ValueError("expected a duration such as 30s or 5m")
+    raise ValueError(f"{shown(value)} is not a duration: expected a duration such as 30s or 5m")
 
 
 def _quantity(value: Any) -> int:
     if isinstance(value, int | str) and not isinstance(value, bool):
         return parse_quantity(value)
-    raise ValueError("expected a size such as 64Ki or 1Mi")
+    raise ValueError(f"{shown(value)} is not a size: expected a size such as 64Ki or 1Mi")
 
 
 def _non_negative(value: float) -> float:
     if value < 0:
-        raise ValueError("must not be negative")
+        raise ValueError(f"{value:g}s is not allowed: a duration must not be negative")
     return value
 
 

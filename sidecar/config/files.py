@@ -9,13 +9,26 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
+from .errors import problems
+from .fields import MAX_SIZE_CEILING
 from .model import SidecarConfig
 from .servers import Server
+from .units import format_quantity
+
+logger = logging.getLogger("mcpcache.sidecar.config")
 
 
 class ConfigError(ValueError):
-    """The file could not be read or does not describe a valid configuration."""
+    """The file could not be read or does not describe a valid configuration.
+
+    Its text is one line per problem (`servers[0].cache.ttl: ...`), also kept as
+    `problems` for a log record's field."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
 
 
 def _document(text: str) -> dict[str, Any]:
@@ -33,11 +46,30 @@ def _document(text: str) -> dict[str, Any]:
 def _validated(document: Mapping[str, Any], environ: Mapping[str, str] | None) -> SidecarConfig:
     try:
         config = SidecarConfig.model_validate(document)
+    except ValidationError as exc:
+        raise ConfigError(*problems(exc, SidecarConfig)) from exc
+    try:
         config = config.with_environment(os.environ if environ is None else environ)
         config.check_not_self()
-        return config
     except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+        raise ConfigError(*str(exc).splitlines()) from exc
+    _log_clamps(config)
+    return config
+
+
+def _log_clamps(config: SidecarConfig) -> None:
+    """A `maxSize` above the ceiling is clamped, not refused (as the operator does, with
+    a Warning event there): say so, once per file read."""
+    for server in config.servers:
+        if server.cache.max_size_clamped:
+            logger.warning(
+                "maxSize above the ceiling: clamped",
+                extra={
+                    "server": server.name,
+                    "maxSize": format_quantity(server.cache.max_size),
+                    "applied": format_quantity(MAX_SIZE_CEILING),
+                },
+            )
 
 
 def parse_config(text: str, environ: Mapping[str, str] | None = None) -> SidecarConfig:
@@ -47,8 +79,6 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Sidecar
 
 SERVERS_FILE_KEYS = frozenset({"servers"})
 """What the sidecar takes from an operator-owned servers file (`--servers-file`)."""
-
-logger = logging.getLogger("mcpcache.sidecar.config")
 
 
 def parse_servers_file(text: str, environ: Mapping[str, str] | None = None) -> SidecarConfig:

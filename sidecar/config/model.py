@@ -13,9 +13,11 @@ from urllib.parse import urlsplit
 
 from pydantic import (
     Field,
+    ValidationError,
     model_validator,
 )
 
+from .errors import environment_problem
 from .fields import (
     DEFAULT_LISTEN_PORT,
     DEFAULT_MAX_BYTES,
@@ -117,25 +119,44 @@ class SidecarConfig(Model):
         if app_id := environ.get(APP_ID_ENV):
             update["app_id"] = app_id
         if port := environ.get(LISTEN_PORT_ENV):
-            update["listen"] = self.listen.model_copy(update={"port": int(port)})
+            update["listen"] = self.listen.model_copy(update={"port": _port(LISTEN_PORT_ENV, port)})
         metrics: dict[str, Any] = {}
         if host := environ.get(METRICS_HOST_ENV):
             metrics["host"] = host
         if port := environ.get(METRICS_PORT_ENV):
-            metrics["port"] = int(port)
+            metrics["port"] = _port(METRICS_PORT_ENV, port)
         if metrics:
             update["metrics"] = self.metrics.model_copy(update=metrics)
         limits: dict[str, Any] = {}
         if entries := environ.get(CACHE_MAX_ENTRIES_ENV):
+            if not entries.isascii() or not entries.isdigit() or int(entries) < 1:
+                raise ValueError(
+                    environment_problem(CACHE_MAX_ENTRIES_ENV, entries, "use a whole number from 1")
+                )
             limits["maxEntries"] = int(entries)
         if size := environ.get(CACHE_MAX_BYTES_ENV):
             limits["maxBytes"] = size
         if limits:
             current = self.cache.model_dump(by_alias=True)
-            update["cache"] = CacheLimits.model_validate(current | limits)
+            try:
+                update["cache"] = CacheLimits.model_validate(current | limits)
+            except ValidationError:
+                raise ValueError(
+                    environment_problem(
+                        CACHE_MAX_BYTES_ENV,
+                        environ.get(CACHE_MAX_BYTES_ENV, ""),
+                        "use a size such as 64Mi",
+                    )
+                ) from None
         if (shared := shared_from_environment(self.shared_cache, environ)) is not None:
             update["shared_cache"] = shared
         return self.model_copy(update=update) if update else self
 
 
 _LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _port(variable: str, value: str) -> int:
+    if not value.isascii() or not value.isdigit() or int(value) > 65535:
+        raise ValueError(environment_problem(variable, value, "use a port number from 0 to 65535"))
+    return int(value)

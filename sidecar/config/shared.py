@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 
+from .errors import problem
 from .fields import DEFAULT_SHARED_RETRY_AFTER, DEFAULT_SHARED_TIMEOUT, Duration, Model
 
 SHARED_CACHE_URL_ENV = "MCPCACHE_SHARED_CACHE_URL"
@@ -51,7 +52,7 @@ def _node_url(value: str) -> str:
 
 def _positive(value: float) -> float:
     if value <= 0:
-        raise ValueError("must be positive")
+        raise ValueError(f"{value:g}s is not allowed: must be positive")
     return value
 
 
@@ -181,4 +182,31 @@ def shared_from_environment(
             changes[field] = value
     if not changes or not any((document | changes).get(k) for k in ("url", "cluster", "sentinel")):
         return None
-    return SharedCache.model_validate(document | changes)
+    try:
+        return SharedCache.model_validate(document | changes)
+    except ValidationError as exc:
+        raise ValueError("\n".join(_environment_problems(exc, changes))) from None
+
+
+def _environment_problems(exc: ValidationError, changes: Mapping[str, Any]) -> list[str]:
+    """Each problem named by the variable its value came from (the file's by its field)."""
+    variables: dict[tuple[str, ...], str] = {
+        ("url",): SHARED_CACHE_URL_ENV,
+        ("cluster",): SHARED_CACHE_CLUSTER_NODES_ENV,
+        ("sentinel", "master"): SHARED_CACHE_SENTINEL_MASTER_ENV,
+        ("sentinel",): SHARED_CACHE_SENTINEL_NODES_ENV,
+        ("timeout",): SHARED_CACHE_TIMEOUT_ENV,
+        ("namespace",): NAMESPACE_ENV,
+    }
+    lines = []
+    for error in exc.errors():
+        path = tuple(str(part) for part in error["loc"])
+        variable = next(
+            (name for where, name in variables.items() if path[: len(where)] == where), None
+        )
+        if path and path[0] in changes and variable is not None:
+            error["loc"] = ()
+            lines.append(problem(error, None, f"{variable} (sharedCache.{'.'.join(path)})"))
+        else:
+            lines.append(problem(error, SharedCache, "sharedCache"))
+    return list(dict.fromkeys(lines))

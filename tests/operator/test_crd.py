@@ -64,6 +64,49 @@ def test_invalid_objects_are_refused_with_a_reason(
     assert complaint in refused.value.body
 
 
+def with_timeout(name: str, timeout: object) -> dict:
+    body = mcpserver(name)
+    body["spec"]["endpoint"]["streamableHTTP"]["timeout"] = timeout
+    return body
+
+
+@pytest.mark.parametrize(
+    ("body", "complaint"),
+    [
+        (with_timeout("t1", "soon"), "timeout must be a duration such as 30s, 5m or 1h30m"),
+        (with_timeout("t2", "30"), "timeout must be a duration such as 30s, 5m or 1h30m"),
+        (with_timeout("t3", "0s"), "timeout must be more than 0s and at most 1h"),
+        (with_timeout("t4", "2h"), "timeout must be more than 0s and at most 1h"),
+        (with_timeout("t5", 30), "spec.endpoint.streamableHTTP.timeout: Invalid value"),
+        (mcpserver("t6", ignoreSetCookie="yes"), "spec.cache.ignoreSetCookie: Invalid value"),
+    ],
+)
+def test_a_bad_timeout_or_set_cookie_opt_out_is_refused_with_a_reason(
+    control_plane, namespace, body, complaint
+) -> None:
+    objects = client.CustomObjectsApi(control_plane.api_client())
+    with pytest.raises(ApiException) as refused:
+        objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    assert refused.value.status == 422
+    assert complaint in refused.value.body
+
+
+def test_the_timeout_defaults_to_the_sidecars_and_reaches_the_config_model(
+    control_plane, namespace
+) -> None:
+    objects = client.CustomObjectsApi(control_plane.api_client())
+    plain = objects.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, mcpserver("untimed")
+    )
+    assert plain["spec"]["endpoint"]["streamableHTTP"]["timeout"] == "30s"
+    body = with_timeout("timed", "2m30s")
+    body["spec"]["cache"] = {"enabled": True, "ignoreSetCookie": True}
+    created = objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    server = resolve_server("timed", created["spec"]).server
+    assert server is not None
+    assert (server.timeout, server.cache.ignore_set_cookie) == (150, True)
+
+
 def test_metadata_ttl_and_large_max_size_are_accepted(control_plane, namespace) -> None:
     objects = client.CustomObjectsApi(control_plane.api_client())
     body = mcpserver("big", enabled=True, maxSize="8Mi", metadataTTL="5m")

@@ -4,6 +4,7 @@ certificate, its Service (resolved through an EndpointSlice to the operator proc
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 
 import pytest
@@ -98,6 +99,27 @@ def test_a_labelled_pod_gets_the_native_sidecar(core, namespace) -> None:
     assert volume.config_map.optional is True
     (agent,) = created.spec.containers
     assert [(e.name, e.value) for e in agent.env] == [("MCPCACHE_URL", "http://localhost:3500/mcp")]
+    assert sidecar.startup_probe.http_get.path == "/readyz"
+    annotations = created.metadata.annotations
+    assert annotations["mcpcache.io/version"] == importlib.metadata.version("mcpcache")
+    assert annotations["mcpcache.io/config-digest"].startswith("sha256:")
+    assert annotations["mcpcache.io/app-id"] == "checkout", "the pod's own are kept"
+
+
+def test_a_pod_without_annotations_is_annotated_with_the_version(core, namespace) -> None:
+    body = pod("bare")
+    del body["metadata"]["annotations"]
+    created = create(core, namespace, body)
+    assert set(created.metadata.annotations) == {"mcpcache.io/version", "mcpcache.io/config-digest"}
+
+
+def test_a_pod_running_daprd_gets_the_sidecar_on_other_ports(core, namespace) -> None:
+    created = create(core, namespace, pod("dapr", {"dapr.io/enabled": "true"}))
+    (sidecar,) = created.spec.init_containers
+    env = env_of(sidecar)
+    assert (env["MCPCACHE_LISTEN_PORT"], env["MCPCACHE_METRICS_PORT"]) == ("3510", "9190")
+    (agent,) = created.spec.containers
+    assert [(e.name, e.value) for e in agent.env] == [("MCPCACHE_URL", "http://localhost:3510/mcp")]
 
 
 def test_the_sidecar_cannot_see_the_service_account_token(core, namespace) -> None:
@@ -147,9 +169,16 @@ def test_a_pod_that_already_has_the_sidecar_is_not_injected_twice(core, namespac
     [
         ({"mcpcache.io/app-id": "not valid!"}, {}, "not a valid app id"),
         (
-            {},
+            {"mcpcache.io/metrics-port": "9090"},
             {"containers": [{"name": "agent", "image": "a", "ports": [{"containerPort": 9090}]}]},
-            "container 'agent' uses port 9090",
+            "annotation mcpcache.io/metrics-port: '9090' is not allowed: container 'agent' "
+            "uses that port; choose another",
+        ),
+        (
+            {"mcpcache.io/memory-limit": "lots"},
+            {},
+            "annotation mcpcache.io/memory-limit: 'lots' is not allowed: use a size of at "
+            "least 1Mi, e.g. 128Mi or 1Gi",
         ),
         ({}, {"hostNetwork": True}, "the pod uses hostNetwork"),
     ],
@@ -218,3 +247,9 @@ def test_admissions_are_counted_and_dry_runs_are_not_injections(core, namespace,
     assert [c.name for c in tried.spec.init_containers] == ["mcpcache"]
     assert injected() == before + 1
     assert operator.sample("mcpcache_operator_admissions_total", result="dry_run") == dry + 1
+
+
+def test_the_operator_exports_the_version_it_injects(core, namespace, operator) -> None:
+    created = create(core, namespace, pod("versioned"))
+    version = created.metadata.annotations["mcpcache.io/version"]
+    assert operator.sample("mcpcache_build_info", version=version) == 1

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+import importlib.metadata
+import re
 
 import pytest
 
 from mcpcache.operator.injection import (
     InjectionRefused,
     app_id_of,
+    injected_annotations,
     plan_injection,
     wants_sidecar,
 )
@@ -211,7 +214,10 @@ def test_an_explicit_url_variable_is_kept() -> None:
 @pytest.mark.parametrize(
     ("spec", "complaint"),
     [
-        ({"containers": [{"name": "a", "ports": [{"containerPort": 3500}]}]}, "uses port 3500"),
+        (
+            {"containers": [{"name": "a", "ports": [{"containerPort": 3600}]}]},
+            "container 'a' uses that port",
+        ),
         ({"containers": [{"name": "mcpcache"}]}, "already named 'mcpcache'"),
         ({"volumes": [{"name": "mcpcache-config", "emptyDir": {}}]}, "volume is already named"),
         ({"volumes": [{"name": "mcpcache-no-token", "emptyDir": {}}]}, "volume is already named"),
@@ -220,7 +226,7 @@ def test_an_explicit_url_variable_is_kept() -> None:
 )
 def test_pods_that_cannot_take_the_sidecar_are_refused(spec: dict, complaint: str) -> None:
     with pytest.raises(InjectionRefused, match=complaint):
-        plan_injection(pod(**spec), SETTINGS)
+        plan_injection(pod({"mcpcache.io/proxy-port": "3600"}, **spec), SETTINGS)
 
 
 FULL_SETTINGS = OperatorSettings(
@@ -296,6 +302,11 @@ def test_the_whole_plan_for_a_pod_with_every_setting() -> None:
                     {"name": "MCPCACHE_SHARED_CACHE_PASSWORD", "valueFrom": secret_key("password")},
                 ],
                 "ports": [{"name": "mcpcache-prom", "containerPort": 9090}],
+                "startupProbe": {
+                    "httpGet": {"path": "/readyz", "port": 9090},
+                    "periodSeconds": 1,
+                    "failureThreshold": 60,
+                },
                 "readinessProbe": {
                     "httpGet": {"path": "/readyz", "port": 9090},
                     "periodSeconds": 5,
@@ -381,16 +392,17 @@ def test_a_pod_without_metadata_or_spec_gets_the_default_app_id() -> None:
     assert not wants_sidecar({"metadata": {"labels": {"mcpcache.io/inject": "false"}}})
 
 
-def test_a_port_taken_by_an_init_container_or_an_unnamed_one_is_refused() -> None:
+def test_a_port_taken_by_an_init_container_or_an_unnamed_one_is_refused_when_asked_for() -> None:
     setup = {"initContainers": [{"name": "setup", "ports": [{"containerPort": 9090}]}]}
     with pytest.raises(InjectionRefused) as refused:
-        plan_injection(pod(**setup), SETTINGS)
+        plan_injection(pod({"mcpcache.io/metrics-port": "9090"}, **setup), SETTINGS)
     assert str(refused.value) == (
-        "container 'setup' uses port 9090, which the mcpcache sidecar needs"
+        "annotation mcpcache.io/metrics-port: '9090' is not allowed: container 'setup' "
+        "uses that port; choose another"
     )
     unnamed = {"containers": [{"ports": [{"name": "x"}, {"containerPort": 3500}]}]}
-    with pytest.raises(InjectionRefused, match="container '\\?' uses port 3500"):
-        plan_injection(pod(**unnamed), SETTINGS)
+    with pytest.raises(InjectionRefused, match="container '\\?' uses that port"):
+        plan_injection(pod({"mcpcache.io/proxy-port": "3500"}, **unnamed), SETTINGS)
 
 
 def test_a_pod_without_containers_or_volumes_still_gets_the_sidecar() -> None:
@@ -408,3 +420,159 @@ def test_a_host_network_pod_is_told_what_to_do_instead() -> None:
         "the pod uses hostNetwork, so the sidecar's listeners would be on the node's "
         "network; run the agent without hostNetwork, or remove the mcpcache.io/inject label"
     )
+
+
+def sidecar_of(plan: dict | None) -> dict:
+    assert plan is not None
+    return next(c for c in plan["initContainers"] if c["name"] == "mcpcache")
+
+
+def env_values(container: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+def test_a_pod_chooses_its_sidecars_ports_resources_budget_and_log_level() -> None:
+    annotated = pod(
+        {
+            "mcpcache.io/proxy-port": "4100",
+            "mcpcache.io/metrics-port": "4101",
+            "mcpcache.io/cpu-request": "250m",
+            "mcpcache.io/memory-request": "200Mi",
+            "mcpcache.io/memory-limit": "400Mi",
+            "mcpcache.io/cache-entries": "4096",
+            "mcpcache.io/cache-bytes": "256Mi",
+            "mcpcache.io/log-level": "debug",
+        }
+    )
+    plan = plan_injection(annotated, SETTINGS)
+    sidecar = sidecar_of(plan)
+    env = env_values(sidecar)
+    assert env["MCPCACHE_LISTEN_PORT"] == "4100"
+    assert env["MCPCACHE_METRICS_PORT"] == "4101"
+    assert env["MCPCACHE_CACHE_MAX_ENTRIES"] == "4096"
+    assert env["MCPCACHE_CACHE_MAX_BYTES"] == "256Mi"
+    assert sidecar["args"][-2:] == ["--log-level", "DEBUG"]
+    assert sidecar["resources"] == {
+        "requests": {"cpu": "250m", "memory": "200Mi"},
+        "limits": {"memory": "400Mi"},
+    }
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert sidecar[probe]["httpGet"]["port"] == 4101
+    assert sidecar["ports"] == [{"name": "mcpcache-prom", "containerPort": 4101}]
+    assert plan is not None
+    assert plan["containers"][0]["env"] == [
+        {"name": "MCPCACHE_URL", "value": "http://localhost:4100/mcp"}
+    ]
+    assert SETTINGS.sidecar_resources == {
+        "requests": {"cpu": "50m", "memory": "96Mi"},
+        "limits": {"memory": "192Mi"},
+    }, "the operator's settings are left as they were"
+
+
+def test_a_pod_that_runs_daprd_gets_ports_daprd_does_not_use() -> None:
+    daprd = {3500, 3501, 9090, 50001, 50002, 7777}
+    for dapr_pod, app_port in (
+        (pod({"dapr.io/enabled": "true", "dapr.io/app-port": "3510"}), 3510),
+        (pod(initContainers=[{"name": "daprd", "restartPolicy": "Always"}]), None),
+    ):
+        env = env_values(sidecar_of(plan_injection(dapr_pod, SETTINGS)))
+        assert int(env["MCPCACHE_LISTEN_PORT"]) not in daprd | {app_port}
+        assert int(env["MCPCACHE_METRICS_PORT"]) not in daprd
+    plan = plan_injection(pod({"dapr.io/enabled": "true"}), SETTINGS)
+    assert env_values(sidecar_of(plan))["MCPCACHE_LISTEN_PORT"] == "3510"
+    assert env_values(sidecar_of(plan))["MCPCACHE_METRICS_PORT"] == "9190"
+
+
+def test_a_pod_that_declares_a_default_port_itself_gets_the_next_free_one() -> None:
+    own = {"containers": [{"name": "agent", "ports": [{"containerPort": 3500}]}]}
+    plan = plan_injection(pod(**own), SETTINGS)
+    assert env_values(sidecar_of(plan))["MCPCACHE_LISTEN_PORT"] == "3510"
+    assert env_values(sidecar_of(plan))["MCPCACHE_METRICS_PORT"] == "9090"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "message"),
+    [
+        (
+            {"mcpcache.io/proxy-port": "80"},
+            "annotation mcpcache.io/proxy-port: '80' is not allowed: use a port number "
+            "from 1024 to 65535",
+        ),
+        (
+            {"mcpcache.io/metrics-port": "http"},
+            "annotation mcpcache.io/metrics-port: 'http' is not allowed: use a port number "
+            "from 1024 to 65535",
+        ),
+        (
+            {"mcpcache.io/proxy-port": "4000", "mcpcache.io/metrics-port": "4000"},
+            "annotation mcpcache.io/metrics-port: '4000' is not allowed: the sidecar's proxy "
+            "(mcpcache.io/proxy-port) uses that port; choose another",
+        ),
+        (
+            {"dapr.io/enabled": "true", "mcpcache.io/proxy-port": "3500"},
+            "annotation mcpcache.io/proxy-port: '3500' is not allowed: daprd uses that port; "
+            "choose another",
+        ),
+        (
+            {"mcpcache.io/cpu-request": "lots"},
+            "annotation mcpcache.io/cpu-request: 'lots' is not allowed: use CPU units, e.g. "
+            "50m, 250m or 0.5",
+        ),
+        (
+            {"mcpcache.io/memory-limit": "512"},
+            "annotation mcpcache.io/memory-limit: '512' is not allowed: use a size of at "
+            "least 1Mi, e.g. 128Mi or 1Gi",
+        ),
+        (
+            {"mcpcache.io/memory-request": "300Mi"},
+            "annotation mcpcache.io/memory-request: '300Mi' is not allowed: the request must "
+            "not exceed the memory limit (192Mi)",
+        ),
+        (
+            {"mcpcache.io/cache-entries": "0"},
+            "annotation mcpcache.io/cache-entries: '0' is not allowed: use a whole number "
+            "of entries, at least 1",
+        ),
+        (
+            {"mcpcache.io/cache-bytes": "lots"},
+            "annotation mcpcache.io/cache-bytes: 'lots' is not allowed: use a size such as "
+            "16Mi or 256Mi",
+        ),
+        (
+            {"mcpcache.io/cache-bytes": "256Mi"},
+            "annotation mcpcache.io/cache-bytes: '256Mi' is not allowed: the cache must fit "
+            "under the sidecar's memory limit (192Mi) with room to spare; raise "
+            "mcpcache.io/memory-limit too",
+        ),
+        (
+            {"mcpcache.io/log-level": "verbose"},
+            "annotation mcpcache.io/log-level: 'verbose' is not allowed: use one of DEBUG, "
+            "INFO, WARNING, ERROR",
+        ),
+    ],
+)
+def test_a_bad_annotation_is_refused_naming_it_its_value_and_what_is_allowed(
+    annotations: dict[str, str], message: str
+) -> None:
+    with pytest.raises(InjectionRefused) as refused:
+        plan_injection(pod(annotations), SETTINGS)
+    assert str(refused.value) == message
+
+
+def test_an_injected_pod_says_which_version_injected_it_and_a_digest_of_its_sidecar() -> None:
+    plan = plan_injection(pod(), SETTINGS)
+    assert plan is not None
+    annotations = injected_annotations(plan)
+    assert annotations["mcpcache.io/version"] == importlib.metadata.version("mcpcache")
+    digest = annotations["mcpcache.io/config-digest"]
+    assert re.fullmatch(r"sha256:[0-9a-f]{16}", digest)
+    assert injected_annotations(plan_injection(pod(), SETTINGS) or {}) == annotations
+    other = plan_injection(pod({"mcpcache.io/log-level": "DEBUG"}), SETTINGS)
+    assert other is not None
+    assert injected_annotations(other)["mcpcache.io/config-digest"] != digest
+
+
+def test_the_sidecar_holds_the_app_back_until_both_its_listeners_answer() -> None:
+    probe = sidecar_of(plan_injection(pod(), SETTINGS))["startupProbe"]
+    assert probe["httpGet"] == {"path": "/readyz", "port": 9090}
+    assert probe["periodSeconds"] * probe["failureThreshold"] >= 30

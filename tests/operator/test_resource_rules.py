@@ -149,7 +149,7 @@ def test_an_invalid_rule_makes_the_server_not_ready_with_the_reason() -> None:
     effective = resolve_server("docs", {**SPEC, "cache": {"tools": [rule]}})
     assert effective.server is None
     assert effective.error is not None
-    assert "tools.0" in effective.error
+    assert "spec.cache.tools[0]: " in effective.error
     assert "cannot be cached" in effective.error
 
 

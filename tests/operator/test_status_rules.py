@@ -40,6 +40,7 @@ def test_a_valid_server_is_ready_within_the_ceiling_with_every_rule_reachable() 
         "observedGeneration": 3,
         "effectiveTTL": "1m30s",
         "effectiveMaxSize": "256Ki",
+        "effectiveTimeout": "30s",
         "conditions": [
             {
                 "type": "Ready",
@@ -102,8 +103,8 @@ def test_an_invalid_spec_is_not_ready_and_says_why() -> None:
     effective = resolve_server("docs", spec)
     assert effective.server is None
     assert effective.error == (
-        "ttl: Value error, invalid duration 'soon': use a number and a unit, e.g. 30s, 5m, "
-        "1h30m; maxSize: Value error, invalid quantity 'big': use bytes or a suffix, e.g. "
+        "spec.cache.ttl: invalid duration 'soon': use a number and a unit, e.g. 30s, 5m, "
+        "1h30m; spec.cache.maxSize: invalid quantity 'big': use bytes or a suffix, e.g. "
         "64Ki, 1Mi, 500k"
     )
     status = desired_status(effective, 4, {"lastPurge": "7"})
@@ -130,7 +131,7 @@ def test_a_problem_of_the_whole_cache_block_is_told_as_the_specs() -> None:
     cache = {"ignoreHeaders": ["authorization"]}
     effective = resolve_server("docs", {**SPEC, "cache": cache})
     assert effective.error == (
-        "spec: Value error, ignoreHeaders cannot name authorization: it carries identity "
+        "spec.cache: ignoreHeaders cannot name authorization: it carries identity "
         "or the protocol and always stays in the key"
     )
 
@@ -142,7 +143,29 @@ def test_a_problem_of_the_whole_cache_block_is_told_as_the_specs() -> None:
 )
 def test_a_server_without_a_url_is_invalid(spec: dict[str, Any]) -> None:
     effective = resolve_server("docs", spec)
-    assert effective.error == "url: Value error, '' is not an http or https URL"
+    assert effective.error == "spec.endpoint.streamableHTTP.url: '' is not an http or https URL"
+
+
+def test_the_timeout_and_set_cookie_opt_out_reach_the_server_and_the_status() -> None:
+    spec = {
+        "endpoint": {"streamableHTTP": {"url": "http://docs/mcp", "timeout": "2m"}},
+        "cache": {"enabled": True, "ignoreSetCookie": True},
+    }
+    effective = resolve_server("docs", spec)
+    assert effective.server is not None
+    assert effective.server.timeout == 120
+    assert effective.server.cache.ignore_set_cookie is True
+    status = desired_status(effective, 1, None)
+    assert status["effectiveTimeout"] == "2m"
+    assert desired_status(resolve_server("docs", SPEC), 1, None)["effectiveTimeout"] == "30s"
+
+
+def test_a_bad_timeout_is_told_as_the_endpoints() -> None:
+    spec = {"endpoint": {"streamableHTTP": {"url": "http://docs/mcp", "timeout": "soon"}}}
+    assert resolve_server("docs", spec).error == (
+        "spec.endpoint.streamableHTTP.timeout: invalid duration 'soon': use a number and a "
+        "unit, e.g. 30s, 5m, 1h30m"
+    )
 
 
 def test_a_transition_time_is_kept_while_the_status_does_not_flip() -> None:

@@ -112,6 +112,7 @@ def test_every_rendered_manifest_validates_against_the_kubernetes_schemas(
         "PodDisruptionBudget",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "Pod",  # `helm test`'s
     ]
     if custom:
         extra = ["Role", "Role", "RoleBinding", "RoleBinding", "ServiceMonitor", "PodMonitor"]
@@ -120,6 +121,59 @@ def test_every_rendered_manifest_validates_against_the_kubernetes_schemas(
         extra = ["Secret", "Secret"]  # the webhook's CA and serving certificate
         extra += ["ClusterRole", "ClusterRoleBinding"]  # the operator's, cluster-wide
     assert kinds == sorted(common + extra)
+
+
+def test_the_charts_kubernetes_floor_is_the_first_version_that_has_all_its_objects(
+    control_plane,
+) -> None:
+    """kubeVersion says 1.30: the operator's ValidatingAdmissionPolicy is
+    admissionregistration.k8s.io/v1 from 1.30 on, and not in 1.29's API at all."""
+    floor = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
+    assert floor == ">=1.30.0-0"
+    refused = control_plane.run_helm(
+        "template", "mcpcache", str(CHART), "--kube-version", "1.29.0", check=False
+    )
+    assert refused.returncode != 0
+    assert "chart requires kubeVersion: >=1.30.0-0" in refused.stderr
+    documents = render(control_plane, "--kube-version", "1.30.0")
+    for document in documents:
+        kubernetes_validate.validate(document, "1.30.0", strict=True)
+    policy = by_kind(documents, "ValidatingAdmissionPolicy")
+    with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+        kubernetes_validate.validate(policy, "1.29.0", strict=True)
+
+
+def test_the_helm_test_pod_asks_for_the_sidecar_where_the_webhook_serves(control_plane) -> None:
+    (pod,) = render(control_plane, "--show-only", "templates/tests/sidecar-answers.yaml")
+    assert pod["metadata"]["namespace"] == "default"
+    assert pod["metadata"]["labels"]["mcpcache.io/inject"] == "true"
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    watched = render(
+        control_plane,
+        "--show-only", "templates/tests/sidecar-answers.yaml",
+        "--set", "operator.watchNamespaces={agents,tools}",
+    )  # fmt: skip
+    assert watched[0]["metadata"]["namespace"] == "agents"
+    chosen = render(
+        control_plane,
+        "--show-only", "templates/tests/sidecar-answers.yaml",
+        "--set", "tests.namespace=smoke",
+    )  # fmt: skip
+    assert chosen[0]["metadata"]["namespace"] == "smoke"
+
+
+def test_with_cert_manager_every_render_is_the_same(control_plane) -> None:
+    """The GitOps path: no key material is generated, so `helm template` (as Argo CD and
+    Flux run it, without the cluster) gives the same manifests every time."""
+    renders = [
+        control_plane.run_helm(
+            "template", "mcpcache", str(CHART), "--set", "webhook.certManager.enabled=true"
+        ).stdout
+        for _ in range(2)
+    ]
+    assert renders[0] == renders[1]
+    assert "kind: Secret" not in renders[0]
 
 
 def test_the_operator_deployment_is_hardened_and_replicated(control_plane) -> None:
@@ -297,6 +351,19 @@ def test_helm_install_upgrade_renewal_and_uninstall(control_plane) -> None:
 
         upgrade()
         assert tls() == (data, bundle), "an upgrade far from expiry keeps the certificate"
+
+        # A render that may read the cluster (`helm template --dry-run=server`, as GitOps
+        # tools with lookups do) shows the certificate the cluster holds: no drift.
+        for _ in range(2):
+            rendered = control_plane.run_helm(
+                "template", release, str(CHART), "-n", namespace, "--dry-run=server"
+            )
+            (secret,) = [
+                d
+                for d in yaml.safe_load_all(rendered.stdout)
+                if d and d["kind"] == "Secret" and d["metadata"]["name"].endswith("-webhook-tls")
+            ]
+            assert secret["data"] == data
 
         # Within renewBeforeDays of the serving certificate's expiry: renewed, same CA.
         upgrade("webhook.certificate.renewBeforeDays=400")

@@ -24,14 +24,6 @@ BAD_VALUES = [
     ("sidecar.sharedCache.url=http://redis:6379/0", "/sidecar/sharedCache/url"),
     ("sidecar.sharedCache.timeout=fast", "/sidecar/sharedCache/timeout"),
     ("sidecar.sharedCache.cluster.nodes={http://a:6379}", "/sidecar/sharedCache/cluster/nodes/0"),
-    (
-        "sidecar.sharedCache.url=redis://r:6379/0,sidecar.sharedCache.cluster.nodes={redis://a:6379}",
-        "/sidecar/sharedCache/cluster/nodes",
-    ),
-    (
-        "sidecar.sharedCache.sentinel.nodes={redis://s:26379}",
-        "/sidecar/sharedCache/sentinel/master",
-    ),
     ("sidecar.sharedCache.namespaces={Agents}", "/sidecar/sharedCache/namespaces/0"),
     ("sidecar.resources.limits.memory=lots", "/sidecar/resources/limits/memory"),
     ("sidecar.logLevel=LOUD", "/sidecar/logLevel"),
@@ -76,6 +68,42 @@ def test_helm_template_refuses_a_bad_value_naming_it(control_plane, value, named
     assert result.returncode != 0, result.stdout[:500]
     assert "values don't meet the specifications of the schema" in result.stderr
     assert named in result.stderr, result.stderr
+
+
+# Values the schema cannot judge (two values compared), which the templates refuse with
+# a message of their own: the whole line, as Helm prints it after its prefix.
+BAD_COMBINATIONS = [
+    (
+        "sidecar.sharedCache.url=redis://r:6379/0,sidecar.sharedCache.cluster.nodes={redis://a:6379}",
+        "sidecar.sharedCache: set at most one of url, cluster.nodes or sentinel.nodes "
+        "(found url and cluster)",
+    ),
+    (
+        "sidecar.sharedCache.sentinel.nodes={redis://s:26379}",
+        "sidecar.sharedCache.sentinel.master: the sentinels' name for the primary is needed "
+        "with sentinel.nodes",
+    ),
+    (
+        "operator.leaderElection.renewDeadline=15",
+        "operator.leaderElection.renewDeadline: 15 is not allowed: it must be below "
+        "leaseDuration (15) and above retryPeriod (2)",
+    ),
+    (
+        "operator.leaderElection.renewDeadline=2",
+        "operator.leaderElection.renewDeadline: 2 is not allowed: it must be below "
+        "leaseDuration (15) and above retryPeriod (2)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("value", "line"), BAD_COMBINATIONS, ids=[v for v, _ in BAD_COMBINATIONS])
+def test_helm_template_refuses_a_bad_combination_with_one_line_naming_it(
+    control_plane, value, line
+) -> None:
+    result = control_plane.run_helm("template", "mcpcache", str(CHART), "--set", value, check=False)
+    assert result.returncode != 0, result.stdout[:500]
+    (error,) = [e for e in result.stderr.splitlines() if e.startswith("Error: ")]
+    assert error.split("): ", 1)[1] == line
 
 
 @pytest.mark.parametrize(("value", "named"), BAD_VALUES[:4], ids=[v for v, _ in BAD_VALUES[:4]])

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import subprocess
 import sys
 from pathlib import Path
+
+from peers.serving import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,3 +75,74 @@ def test_the_sidecar_refuses_to_start_on_an_invalid_file(tmp_path: Path) -> None
     result = run("sidecar", "--config", str(path))
     assert result.returncode == 2
     assert "invalid configuration" in result.stderr
+
+
+def test_version_prints_the_installed_version() -> None:
+    result = run("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"mcpcache {importlib.metadata.version('mcpcache')}"
+
+
+def test_a_command_whose_extras_are_missing_says_how_to_install_them() -> None:
+    # kopf made unimportable in this process only, as in an install without `[operator]`.
+    code = (
+        "import sys; sys.modules['kopf'] = None; "
+        "from mcpcache.sidecar.cli import main; sys.exit(main(['operator']))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "mcpcache operator: needs the operator extras, which are not installed (missing: "
+        "kopf); install them with: pip install 'mcpcache[operator]'"
+    )
+
+
+def test_an_invalid_file_is_one_line_per_problem_on_check_and_in_the_start_up_log(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("servers: [{name: docs, url: 'http://d/mcp', cache: {ttl: 60, maxSize: 0}}]")
+    checked = run("check-config", str(path))
+    assert checked.returncode == 1
+    assert checked.stderr.splitlines() == [
+        "invalid: servers[0].cache.ttl: 60 has no unit: write a duration with one, e.g. 60s or 5m",
+        "invalid: servers[0].cache.maxSize: 0 is not allowed: must be at least 1",
+    ]
+    started = run("sidecar", "--config", str(path))
+    assert started.returncode == 2
+    (line,) = started.stderr.splitlines()
+    record = json.loads(line)
+    assert record["msg"] == "cannot start: invalid configuration"
+    assert record["problems"] == [
+        problem.removeprefix("invalid: ") for problem in checked.stderr.splitlines()
+    ]
+
+
+def test_the_logs_are_one_json_object_a_line_without_colour_or_repeats(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "servers: [{name: docs, url: 'http://127.0.0.1:1/mcp'}]\n"
+        f"listen: {{host: 127.0.0.1, port: {free_port()}}}\n"
+        f"metrics: {{host: 127.0.0.1, port: {free_port()}}}\n"
+    )
+    log = tmp_path / "stderr.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mcpcache.sidecar.cli", "sidecar", "--config", str(path)],
+            stderr=stderr,
+        )
+        try:
+            wait_until(lambda: "sidecar ready" in log.read_text(), 30, "the sidecar to start")
+        finally:
+            process.terminate()
+            process.wait(10)
+    text = log.read_text()
+    assert "\\u001b" not in text
+    assert "\x1b" not in text
+    records = [json.loads(line) for line in text.splitlines()]
+    assert not [r for r in records if "color_message" in r]
+    messages = [r["msg"] for r in records]
+    assert len([m for m in messages if m.startswith("Started server process")]) == 1
+    assert len([m for m in messages if m.startswith("Uvicorn running on")]) == 2

@@ -25,6 +25,7 @@ ALL=(
   rules/key rules/policy rules/answers cache/store rules/messages rules/capture config/units
   config/fields config/servers config/tools config/model rules/sse rules/headers
   rules/session_ids rules/hints rules/notices rules/arguments rules/callers rules/numbers
+  rules/reading
   rules/schema_defaults upstream/flights proxy/invalidation tiers/codec tiers/breaker app/admin
   operator/resource operator/configmap operator/status operator/injection
 )
@@ -39,7 +40,7 @@ TESTS=(
   sidecar/test_store_rules.py sidecar/test_config_tiers.py sidecar/test_session_ids.py
   sidecar/test_hints_and_notices.py sidecar/test_flights.py sidecar/test_invalidation.py
   sidecar/test_tier_values.py sidecar/test_admin_requests.py sidecar/test_store_layout.py
-  sidecar/test_observations.py
+  sidecar/test_observations.py sidecar/test_reading.py
   operator/test_resource_rules.py operator/test_status_rules.py
   operator/test_injection_rules.py
 )

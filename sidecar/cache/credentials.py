@@ -5,11 +5,11 @@ An entry for every caller (`scope: public`, or a result the server marks public 
 `trustPublicHints`) was fetched with somebody's credential. Answering it to any other
 credential would let a junk or revoked token read what the upstream serves only to
 callers it accepts. So such an entry is answered only to a credential the upstream
-itself accepted, within the entry's TTL, for the same tool (or, for what is not a tool
-call, the same method): a 2xx answer to a call of it with a result that is neither a
-JSON-RPC error nor `isError` — many servers answer any caller at the protocol level
-(`ping`, `initialize`, lists) and report a backend's refusal as an `isError` result, so
-neither of those counts. Any other credential goes upstream first, with its own
+itself accepted, within the entry's life, for the same tool, the same resource, or the
+same listing method (`accepted_for`): a 2xx answer to a cacheable request of it with a
+result that is neither a JSON-RPC error nor `isError` — many servers answer any caller
+at the protocol level (`ping`, `initialize`) and report a backend's refusal as an
+`isError` result, so neither of those counts. Any other credential goes upstream first, with its own
 request, and is remembered once the upstream accepts it. A caller with no credential at
 all is anonymous and meets only entries fetched anonymously (the key says so).
 
@@ -40,10 +40,15 @@ def _expiry(_key: Accepted, ttl: float, now: float) -> float:
 
 
 def accepted_for(scope: Scope) -> str:
-    """What an acceptance is for: the tool of a call, else the method."""
+    """What an acceptance is for: the tool of a call (the operator's `scope: public`
+    says its arguments alone decide the answer), the resource read (a server may serve
+    one URI to anyone and another only to some), or the listing method (a listing is
+    what the server answers to whoever it answers lists)."""
     if scope.tool is not None:
-        return scope.tool
-    return "resources/read" if scope.uri is not None else scope.listing or ""
+        return f"tool:{scope.tool}"
+    if scope.uri is not None:
+        return f"uri:{scope.uri}"
+    return f"list:{scope.listing}"
 
 
 class AcceptedCredentials:

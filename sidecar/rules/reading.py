@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any, Final, Literal
 
 import orjson
@@ -123,29 +122,29 @@ def read(raw: bytes) -> Any:
     except orjson.JSONDecodeError:
         return read_exactly(raw)
     try:
-        if orjson.dumps(value) == raw and not _may_fold_twice(raw):
+        if orjson.dumps(value) == raw and not _may_fold_twice(raw, value):
             return value
     except orjson.JSONEncodeError:
         pass  # nested deeper than orjson writes
     return read_exactly(raw)
 
 
-_NAME: Final = re.compile(rb'"((?:[^"\\]|\\.)*)"[ \t\n\r]*:')
-"""A member name: a string followed by a colon. In valid JSON every name matches, and
-so may a few strings that are not names (which only costs the exact reading)."""
-
-
-def _may_fold_twice(raw: bytes) -> bool:
-    """Whether two different names of the body may be equal after case folding (in one
-    object or not: the exact reading tells); a name with an escape counts as such."""
-    names = set(_NAME.findall(raw))
-    if len(names) < 2:
+def _may_fold_twice(raw: bytes, value: Any) -> bool:
+    """Whether one object of `value` (parsed from `raw`) holds two names equal after
+    case folding. Only a body with a capital letter or a byte past ASCII may: others
+    are not walked. The walk is linear, and keeps no recursion."""
+    if raw.isascii() and raw.lower() == raw:
         return False
-    if all(name.isascii() and b"\\" not in name for name in names):
-        return len({name.lower() for name in names}) != len(names)
-    if any(b"\\" in name for name in names):
-        return True
-    return len({name.decode("utf-8").casefold() for name in names}) != len(names)
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if len(item) > 1 and len({name.casefold() for name in item}) != len(item):
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def read_exactly(raw: bytes) -> Any:

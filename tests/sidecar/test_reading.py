@@ -347,3 +347,17 @@ def test_a_value_too_deep_to_digest_makes_a_write_remove_every_entry_of_its_tool
     assert removals(rule, {"doc": deep}) == ("get",)
     (matched,) = removals(rule, {"doc": "a"})
     assert matched != "get"
+
+
+def test_names_after_a_string_value_are_walked_whatever_they_start_with() -> None:
+    # `:a` beside `:A` after a string value: one member to Go, the last one winning.
+    one = read(b'{"q":"v",":a":1,":A":2}')
+    other = read(b'{"q":"v",":A":2,":a":1}')
+    assert isinstance(one, Members)
+    assert _key_text(one) != _key_text(other)
+
+
+@pytest.mark.timeout(30)  # a reading quadratic in such a string took minutes here
+def test_a_long_run_of_escaped_quotes_is_read() -> None:
+    raw = b'{"a":{"Q":"' + b'\\"' * 400_000 + b'"}}'
+    assert read(raw) == {"a": {"Q": '"' * 400_000}}

@@ -61,5 +61,4 @@ def stale_if_error(fwd_status: int | None) -> str:
 
 MISS: Final = forwarded("miss")
 MISS_STORED: Final = forwarded("miss", stored=True)
-COLLAPSED: Final = forwarded("miss", collapsed=True)
 STALE_WHILE_REVALIDATE: Final = f"{HIT}; detail=stale-while-revalidate"

@@ -189,6 +189,18 @@ def test_filled_defaults_make_an_omitted_argument_read_its_explicit_defaults_ent
     assert plan(off, call("search", {"q": "x"}), {}, hints).key not in keys  # type: ignore[union-attr]
 
 
+def test_skip_if_applies_to_a_default_that_fill_schema_defaults_filled_in() -> None:
+    rules = [{"name": "search", "skipIf": {"limit": 10}}]
+    s = server(fillSchemaDefaults=True, tools=rules)
+    hints = ToolHints()
+    listed(s, hints, listing(PLAIN), {})
+    assert plan(s, call("search", {"q": "x"}), {}, hints) == policy.Bypass("skip_if")
+    assert plan(s, call("search", {"q": "x", "limit": 10}), {}, hints) == policy.Bypass("skip_if")
+    assert isinstance(plan(s, call("search", {"q": "x", "limit": 5}), {}, hints), policy.Lookup)
+    unlearned = plan(s, call("search", {"q": "x"}), {}, ToolHints())
+    assert isinstance(unlearned, policy.Lookup), "nothing filled: nothing to skip"
+
+
 def test_learned_defaults_hold_only_as_long_as_their_listing_may_be_cached() -> None:
     now = [100.0]
     hints = ToolHints(clock=lambda: now[0])

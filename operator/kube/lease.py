@@ -93,7 +93,11 @@ class LeaseElector:
                 # outlast the hold: it ends when the hold does.
                 limit = self.remaining() if self.leading else self.settings.duration
                 try:
-                    await asyncio.wait_for(self._try_once(), max(limit, 0.1))
+                    # `asyncio.timeout`, not `wait_for`: in Python 3.11 `wait_for` may
+                    # swallow a cancel that lands as the attempt ends, and a stopping
+                    # leader would go on renewing.
+                    async with asyncio.timeout(max(limit, 0.1)):
+                        await self._try_once()
                 except Exception as exc:  # the API is down, refuses or is silent: again
                     logger.warning("lease: %r", exc, extra={"lease": self.settings.name})
                 if self.leading and self.remaining() <= 0:
@@ -185,7 +189,8 @@ class LeaseElector:
         replica holds may be older than the Lease (a renewal cut short by the shutdown
         may have been applied), and a write with its resourceVersion would be refused."""
         try:
-            await asyncio.wait_for(self._release_once(), 5)
+            async with asyncio.timeout(5):
+                await self._release_once()
         except Exception as exc:
             logger.warning("lease: not released: %r", exc, extra={"lease": self.settings.name})
 

@@ -5,8 +5,8 @@ An entry for every caller (`scope: public`, or a result the server marks public 
 `trustPublicHints`) was fetched with somebody's credential. Answering it to any other
 credential would let a junk or revoked token read what the upstream serves only to
 callers it accepts. So such an entry is answered only to a credential the upstream
-itself accepted, within the entry's life, for the same tool, the same resource, or the
-same listing method (`accepted_for`): a 2xx answer to a cacheable request of it with a
+itself accepted, within the entry's life, for the same tool, or the same method for
+what the server marked public (`accepted_for`): a 2xx answer to a cacheable request of it with a
 result that is neither a JSON-RPC error nor `isError` — many servers answer any caller
 at the protocol level (`ping`, `initialize`) and report a backend's refusal as an
 `isError` result, so neither of those counts. Any other credential goes upstream first, with its own
@@ -41,14 +41,15 @@ def _expiry(_key: Accepted, ttl: float, now: float) -> float:
 
 def accepted_for(scope: Scope) -> str:
     """What an acceptance is for: the tool of a call (the operator's `scope: public`
-    says its arguments alone decide the answer), the resource read (a server may serve
-    one URI to anyone and another only to some), or the listing method (a listing is
-    what the server answers to whoever it answers lists)."""
+    says its arguments alone decide the answer), else the method: `resources/read` or
+    the listing's. An entry of those is for every caller because the server marked its
+    result `public` under `trustPublicHints`: the server's word that whoever it serves
+    that method may read it."""
     if scope.tool is not None:
         return f"tool:{scope.tool}"
     if scope.uri is not None:
-        return f"uri:{scope.uri}"
-    return f"list:{scope.listing}"
+        return "method:resources/read"
+    return f"method:{scope.listing}"
 
 
 class AcceptedCredentials:

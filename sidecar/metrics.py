@@ -45,7 +45,7 @@ class Metrics:
             "Requests sent upstream without a lookup, by server and reason (method, "
             "disabled, request_state, task, unreadable, batch, ambiguous_name, "
             "ambiguous_headers, accept, too_deep, positional_params, tool_rule, "
-            "not_read_only, skip_if).",
+            "declared_writer, not_read_only, skip_if).",
             ["server", "reason"],
             registry=self.registry,
         )

@@ -166,6 +166,14 @@ class ServerCache(Model):
     def max_size_clamped(self) -> bool:
         return self.max_size > MAX_SIZE_CEILING
 
+    @functools.cached_property
+    def shares_entries(self) -> bool:
+        """Whether the server may have entries for every caller (a `scope: public`
+        rule, or `trustPublicHints`)."""
+        return self.enabled and (
+            self.trust_public_hints or any(rule.scope == "public" for rule in self.tools)
+        )
+
     @property
     def keep_stale(self) -> float:
         """How long an expired entry of this server is kept for stale answers."""

@@ -16,7 +16,7 @@ from typing import Final, Literal
 from ..cache.store import ResponseCache
 from ..config import SidecarConfig
 from ..metrics import Metrics
-from ..rules.arguments import MatchedRemoval, Removal, recorded_match
+from ..rules.arguments import EVERY_ENTRY, MatchedRemoval, Removal, recorded_match
 from ..rules.hints import ToolHints
 from ..rules.notices import Notice
 
@@ -58,6 +58,14 @@ class Invalidator:
         """Drop the entries of tools matching the globs among `removals`, and those of
         tools a `MatchedRemoval` names whose recorded argument values match its own."""
         globs = [r for r in removals if isinstance(r, str)]
+        if EVERY_ENTRY in globs:
+            keys = self.cache.keys_for(server, everything=True)
+            dropped = self._drop(server, keys, cause)
+            logger.info(
+                "a declared write dropped the server's entries",
+                extra={"server": server, "entries": dropped},
+            )
+            return dropped
         matched = [r for r in removals if not isinstance(r, str)]
         keys = self.cache.keys_for(server, tools=globs)
         if matched:

@@ -34,6 +34,10 @@ class MatchedRemoval(NamedTuple):
 Removal = str | MatchedRemoval
 """What a write removes once it answers: a tool glob's entries, or the matching ones."""
 
+EVERY_ENTRY: Final = "\0every entry"
+"""The removal of every entry of the server (no tool glob can be spelt so): a write the
+server declared that no rule of the operator's says what it invalidates."""
+
 
 def arguments_of(params: Mapping[str, Any]) -> Mapping[str, Any]:
     arguments = params.get("arguments")

@@ -1,6 +1,7 @@
 """What the sidecar has learned about each server's tools from the `tools/list` answers
-passing through it: which ones the server declares read-only (`readOnlyHint`), and the
-defaults of their arguments (for `fillSchemaDefaults`).
+passing through it: which ones the server declares read-only (`readOnlyHint`), which it
+declares as writers (`readOnlyHint: false`, `destructiveHint: true`: never cached unless
+a rule names them), and the defaults of their arguments (for `fillSchemaDefaults`).
 
 Pure, no I/O. Under `onlyReadOnlyTools` a tool is cached only once some listing has
 called it read-only and none has said otherwise: callers may be shown different lists,
@@ -44,6 +45,7 @@ MAX_CALLERS_PER_SERVER: Final = 256
 
 
 _NO_CALLERS: Final[dict[str, Any]] = {}
+_NO_WRITERS: Final[frozenset[str]] = frozenset()
 _UNCERTAIN: Final[Mapping[str, Any]] = {}
 """A tool whose listings disagree: no defaults (compared by identity, not by value)."""
 
@@ -59,6 +61,7 @@ class ToolHints:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._read_only: dict[str, dict[str, bool]] = {}
+        self._writers: dict[str, set[str]] = {}
         self._defaults: dict[str, cachetools.LRUCache[str, Learned]] = {}
 
     def defaults(self, server: str, caller: str, tool: str) -> Mapping[str, Any]:
@@ -77,6 +80,13 @@ class ToolHints:
         if learned is None or learned.until <= self._clock():
             return None
         return learned
+
+    def declared_writer(self, server: str, tool: str) -> bool:
+        """Whether some listing marked `tool` as one that changes things
+        (`readOnlyHint: false` or `destructiveHint: true`), since the server's tools were
+        last forgotten. A server's hints may only make caching more careful: a listing
+        that calls the tool read-only later does not take the mark back."""
+        return tool in self._writers.get(server, _NO_WRITERS)
 
     def read_only(self, server: str, tool: str) -> bool:
         return self._read_only.get(server, {}).get(tool, False)
@@ -97,6 +107,13 @@ class ToolHints:
                 continue
             annotations = tool.get("annotations")
             read_only = isinstance(annotations, dict) and annotations.get("readOnlyHint") is True
+            if isinstance(annotations, dict) and (
+                annotations.get("readOnlyHint") is False
+                or annotations.get("destructiveHint") is True
+            ):
+                writers = self._writers.setdefault(server, set())
+                if len(writers) < MAX_TOOLS_PER_SERVER:
+                    writers.add(name)
             if name in known:
                 known[name] = known[name] and read_only
             elif len(known) < MAX_TOOLS_PER_SERVER:
@@ -128,6 +145,7 @@ class ToolHints:
 
     def forget(self, server: str) -> None:
         self._read_only.pop(server, None)
+        self._writers.pop(server, None)
         self._defaults.pop(server, None)
 
 

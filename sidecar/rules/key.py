@@ -77,7 +77,7 @@ class Sent(NamedTuple):
     """The arguments filled in from schema defaults (a filled call is filed apart)."""
 
 
-_NOTHING_ELSE: Final = Sent()
+NOTHING_ELSE: Final = Sent()
 
 
 def cache_key(
@@ -88,7 +88,7 @@ def cache_key(
     identity: Mapping[str, str],
     ignore_arguments: tuple[str, ...] = (),
     public: bool = False,
-    sent: Sent = _NOTHING_ELSE,
+    sent: Sent = NOTHING_ELSE,
 ) -> str:
     """The hex sha256 key of one call; `identity` holds digests and non-secret values
     only (see `policy.identity`).

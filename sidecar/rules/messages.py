@@ -65,6 +65,7 @@ BypassReason = Literal[
     "too_deep",
     "positional_params",
     "tool_rule",
+    "declared_writer",
     "not_read_only",
     "skip_if",
 ]
@@ -203,9 +204,12 @@ def _params_doubt(body: dict[str, Any]) -> Doubt | None:
         return "ambiguous_name"
     if not isinstance(params, dict):
         return "unreadable"
-    if reading.folded_twice(list(params)) is not None:
+    folded = [name.casefold() for name in params]
+    if len(set(folded)) != len(folded):
         return "ambiguous_name"
-    if any(n not in _PARAMS and n.casefold() in _FOLDED_PARAMS for n in params):
+    if not _PARAMS.issuperset(params) and not _FOLDED_PARAMS.isdisjoint(
+        f for n, f in zip(params, folded, strict=True) if n not in _PARAMS
+    ):
         return "ambiguous_name"  # `Task` alone is `task` to Go: a call the cache must not answer
     meta = params.get("_meta")
     if meta is not None and reading.folded_twice(reading.names_of(meta)) is not None:

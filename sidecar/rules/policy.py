@@ -16,7 +16,7 @@ import orjson
 from ..cache.store import Scope
 from ..config import Server, ToolRule
 from . import arguments
-from .arguments import Removal
+from .arguments import EVERY_ENTRY, Removal
 from .callers import (
     PROTOCOL_HEADER as PROTOCOL_HEADER,
 )
@@ -44,7 +44,7 @@ from .callers import (
     identity as identity,
 )
 from .hints import ToolHints
-from .key import Sent, cache_key, caller_digest, secret_digest
+from .key import NOTHING_ELSE, Sent, cache_key, caller_digest, secret_digest
 from .messages import (
     CACHEABLE_METHODS,
     METADATA_METHODS,
@@ -66,6 +66,7 @@ BYPASS_FWD: Final[dict[BypassReason, str]] = {
     "too_deep": "request",  # nested deeper than the key can be written
     "positional_params": "request",  # params as an array: the key reads objects only
     "tool_rule": "bypass",  # the tool's rule turns caching off (or the tool writes)
+    "declared_writer": "bypass",  # the server marks the tool as one that changes things
     "not_read_only": "bypass",  # onlyReadOnlyTools, and the tool is not known read-only
     "skip_if": "bypass",  # an argument value the tool's skipIf names
 }
@@ -78,6 +79,7 @@ BYPASS_DETAIL: Final[dict[BypassReason, str]] = {
     "ambiguous_headers": "ambiguous-headers",
     "accept": "accept",
     "tool_rule": "tool-rule",
+    "declared_writer": "declared-writer",
     "not_read_only": "not-read-only",
     "positional_params": "positional-params",
     "too_deep": "too-deep",
@@ -176,12 +178,15 @@ def tool_rule(server: Server, message: Message) -> ToolRule | None:
 def tool_bypass(
     server: Server, rule: ToolRule | None, tool: str, hints: ToolHints
 ) -> BypassReason | None:
-    """Why this tool's calls are not cached on a server that caches, or None."""
+    """Why this tool's calls are not cached on a server that caches, or None. A rule
+    that enables the tool outright overrides the server's hints; nothing else does."""
     if rule is not None:
         if rule.enabled is False or rule.invalidates:
             return "tool_rule"
         if rule.enabled:
             return None
+    if hints.declared_writer(server.name, tool):
+        return "declared_writer"
     if server.cache.only_read_only_tools and not hints.read_only(server.name, tool):
         return "not_read_only"
     return None
@@ -190,10 +195,7 @@ def tool_bypass(
 def learns_tools(server: Server, message: Message) -> bool:
     """Whether this request's answer teaches what the policy needs of the server's
     tools: which are read-only, and their arguments' defaults."""
-    cache = server.cache
-    return message.method == "tools/list" and (
-        cache.only_read_only_tools or cache.fill_schema_defaults
-    )
+    return message.method == "tools/list" and server.cache.enabled
 
 
 def session_scope(server: Server, session_id: str) -> str:
@@ -224,15 +226,19 @@ def plan(
     caller: Caller | None = None
     if reason is None and message.method == "tools/call":
         tool = params["name"]
-        if rule is not None or cache.only_read_only_tools:
+        if rule is not None or cache.only_read_only_tools or hints is not None:
             reason = tool_bypass(server, rule, tool, hints or ToolHints())
         defaults: Mapping[str, object] = {}
         if reason is None and cache.fill_schema_defaults and hints is not None:
             caller = unambiguous_caller(server, headers, raw_headers)
             if caller is not None:
                 defaults = hints.defaults(server.name, caller.digest, tool)
-        if reason is None and arguments.doubtful(
-            params.get("arguments"), read_arguments(server, rule, tool, defaults)
+        if (
+            reason is None
+            and (rule is not None or defaults or cache.tools)
+            and arguments.doubtful(
+                params.get("arguments"), read_arguments(server, rule, tool, defaults)
+            )
         ):
             reason = "ambiguous_name"
         if reason is None and defaults:
@@ -241,7 +247,8 @@ def plan(
             reason = "skip_if" if arguments.skipped(rule, arguments.arguments_of(filled)) else None
     learns = learns_tools(server, message)
     if reason is not None:
-        invalidates = writes(rule, message)
+        # A declared writer no rule speaks for drops everything of its server.
+        invalidates = (EVERY_ENTRY,) if reason == "declared_writer" else writes(rule, message)
         listener = unambiguous_caller(server, headers, raw_headers) if learns else None
         return Bypass(reason, invalidates, listener.digest if listener is not None else None)
     try:
@@ -262,7 +269,7 @@ def plan(
     else:
         params = filled
     ignored = rule.ignore_arguments if rule is not None else ()
-    sent = Sent(query, message.extra)
+    sent = Sent(query, message.extra) if query or message.extra else NOTHING_ELSE
     named_key = ""
     try:
         key = cache_key(server.name, method, params, app_id, who, ignored, public, sent)
@@ -298,17 +305,9 @@ def plan(
     else:
         ttl, scope = cache.metadata_ttl or cache.ttl, Scope(server.name, listing=message.method)
     learner = caller_digest(who) if learns else None
-    credential = credential_digest(server, headers) if shares_entries(server) else ""
+    # Where entries for every caller may be, the upstream's acceptance is recorded.
+    credential = credential_digest(server, headers) if cache.shares_entries else ""
     return Lookup(key, ttl, scope, session, keyed, public_key, learner, credential, named_key)
-
-
-def shares_entries(server: Server) -> bool:
-    """Whether the server may have entries for every caller (a `scope: public` rule, or
-    `trustPublicHints`): then the upstream's acceptance of credentials is recorded."""
-    cache = server.cache
-    return cache.enabled and (
-        cache.trust_public_hints or any(rule.scope == "public" for rule in cache.tools)
-    )
 
 
 def read_arguments(

@@ -135,15 +135,18 @@ def _may_fold_twice(raw: bytes, value: Any) -> bool:
     are not walked. The walk is linear, and keeps no recursion."""
     if raw.isascii() and raw.lower() == raw:
         return False
+    if type(value) is not dict and type(value) is not list:
+        return False
     stack = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, dict):
+        if type(item) is dict:
             if len(item) > 1 and len({name.casefold() for name in item}) != len(item):
                 return True
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
+            values: Any = item.values()
+        else:
+            values = item
+        stack.extend(v for v in values if type(v) is dict or type(v) is list)
     return False
 
 

@@ -172,3 +172,30 @@ def test_notices_after_other_events_in_one_chunk_are_all_found() -> None:
         b'data: {"jsonrpc":"2.0","method":"notifications/prompts/list_changed"}\n\n'
     )
     assert watch.feed(chunk) == [Notice("tools"), Notice("prompts")]
+
+
+def test_a_tool_marked_as_a_writer_stays_one_until_the_server_announces_a_change() -> None:
+    hints = ToolHints()
+    hints.learn(
+        "s",
+        {
+            "tools": [
+                {"name": "create", "annotations": {"readOnlyHint": False}},
+                {"name": "wipe", "annotations": {"destructiveHint": True}},
+                {"name": "search", "annotations": {}},
+                {"name": "get", "annotations": {"readOnlyHint": True, "destructiveHint": False}},
+            ]
+        },
+        "alice",
+    )
+    assert [hints.declared_writer("s", t) for t in ("create", "wipe", "search", "get")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    hints.learn("s", {"tools": [{"name": "create", "annotations": {"readOnlyHint": True}}]}, "b")
+    assert hints.declared_writer("s", "create"), "hints only make caching more careful"
+    assert not hints.declared_writer("other", "create")
+    hints.forget("s")
+    assert not hints.declared_writer("s", "create")

@@ -55,8 +55,11 @@ def test_a_cacheable_call_is_looked_up_under_a_key() -> None:
 )
 def test_requests_the_cache_never_answers(message: Message, reason: str, fwd: str) -> None:
     decided = plan(server(), message, {})
-    assert decided == policy.Bypass(reason)
+    assert isinstance(decided, policy.Bypass)
+    assert (decided.reason, decided.invalidates) == (reason, ())
     assert decided.fwd == fwd
+    # Every listing on a caching server teaches the tools' hints (writers among them).
+    assert (decided.learner is not None) is (message.method == "tools/list")
 
 
 def test_a_server_with_caching_off_is_bypassed() -> None:
@@ -168,7 +171,7 @@ def test_only_read_only_tools_caches_what_a_listing_called_read_only() -> None:
         "someone",
     )
     assert isinstance(decide("get"), policy.Lookup)
-    assert decide("put") == policy.Bypass("not_read_only")
+    assert decide("put") == policy.Bypass("declared_writer", (policy.EVERY_ENTRY,))
     assert decide("other") == policy.Bypass("not_read_only")
     assert isinstance(decide("lookup"), policy.Lookup), "enabled: true overrides"
     hints.learn("docs", {"tools": [{"name": "get"}]}, "someone")

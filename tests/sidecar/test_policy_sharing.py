@@ -520,15 +520,18 @@ def test_a_call_on_a_server_without_rules_is_filed_under_its_tool() -> None:
     assert lookup.scope == Scope("s", tool="search")
 
 
-def test_a_cached_listing_names_its_caller_only_where_listings_teach() -> None:
+def test_a_listing_names_its_caller_wherever_the_server_caches() -> None:
+    # Every listing teaches the tools' hints now (writers among them), cached or not.
     listing = Message({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
     learning = plan(server(metadataTTL="5m", fillSchemaDefaults=True), listing, {})
-    quiet = plan(server(metadataTTL="5m"), listing, {})
+    cached = plan(server(metadataTTL="5m"), listing, {})
+    off = plan(server(enabled=False), listing, {})
     assert isinstance(learning, policy.Lookup)
-    assert isinstance(quiet, policy.Lookup)
+    assert isinstance(cached, policy.Lookup)
     assert learning.learner is not None
     assert learning.learner == plan(server(fillSchemaDefaults=True), listing, {}).learner
-    assert quiet.learner is None
+    assert cached.learner == learning.learner
+    assert off.learner is None
 
 
 def nested(levels: int, around: Any) -> Any:

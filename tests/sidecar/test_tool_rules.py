@@ -146,7 +146,8 @@ async def test_only_read_only_tools_caches_exactly_the_read_only_tools(
     assert listing.status_code == 200
     assert await twice("get_doc", {"name": doc}) == ["mcpcache; fwd=miss", "mcpcache; hit"]
     assert await twice("count_docs", {}) == ["mcpcache; fwd=miss", "mcpcache; hit"]
-    assert await twice("update_doc", {"name": doc, "text": "t"}) == [not_read_only] * 2
+    writer = "mcpcache; fwd=bypass; detail=declared-writer"  # readOnlyHint: false
+    assert await twice("update_doc", {"name": doc, "text": "t"}) == [writer] * 2
     assert await twice("whoami", {}) == [not_read_only] * 2, "no readOnlyHint: not cached"
     assert (await twice("echo", {"text": doc}))[1] == "mcpcache; hit", "enabled: true overrides"
     assert peer.calls["update_doc"] >= 2

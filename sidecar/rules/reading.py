@@ -130,23 +130,35 @@ def read(raw: bytes) -> Any:
 
 
 def _may_fold_twice(raw: bytes, value: Any) -> bool:
-    """Whether one object of `value` (parsed from `raw`) holds two names equal after
-    case folding. Only a body with a capital letter or a byte past ASCII may: others
-    are not walked. The walk is linear, and keeps no recursion."""
-    if raw.isascii() and raw.lower() == raw:
-        return False
-    if type(value) is not dict and type(value) is not list:
-        return False
+    """Whether one object of `value` (parsed from `raw`, which orjson writes back as it
+    is) holds two names equal after case folding.
+
+    An ASCII body is lowered whole: two names of one object that fold together become
+    one name given twice, which orjson keeps once, so the lowered body no longer writes
+    back as it is (values change case too, which changes nothing of that). A body past
+    ASCII is walked, object by object (`str.casefold` also folds the long s and the Kelvin sign,
+    as Go does). Both are linear in the body."""
+    if raw.isascii():
+        lowered = raw.lower()
+        if lowered == raw:
+            return False
+        try:
+            return orjson.dumps(orjson.loads(lowered)) != lowered
+        except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+            return True  # read exactly to find out
     stack = [value]
+    push = stack.append
     while stack:
         item = stack.pop()
         if type(item) is dict:
             if len(item) > 1 and len({name.casefold() for name in item}) != len(item):
                 return True
-            values: Any = item.values()
-        else:
-            values = item
-        stack.extend(v for v in values if type(v) is dict or type(v) is list)
+            item = item.values()
+        elif type(item) is not list:
+            continue
+        for each in item:
+            if type(each) is dict or type(each) is list:
+                push(each)
     return False
 
 

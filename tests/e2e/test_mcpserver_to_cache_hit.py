@@ -8,9 +8,6 @@ content lands in a sidecar process's config file, projected the way the kubelet 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from peers.clients import http_get, mcp_client
 from peers.kubelet import project as project_files
-from peers.serving import async_wait_until, free_port, wait_until
-from peers.sidecar import parse_samples
+from peers.serving import async_wait_until, wait_until
+from peers.sidecar import following_servers_file, parse_samples
 from peers.sidecar import sample as sample_of
 
 
@@ -48,24 +45,8 @@ def sidecar_process(tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
     pod that starts before its namespace's ConfigMap is written."""
     config_file = tmp_path / "mounted" / "config.yaml"
     config_file.parent.mkdir()
-    listen_port, metrics_port = free_port(), free_port()
-    env = os.environ | {
-        "MCPCACHE_APP_ID": "e2e-agent",
-        "MCPCACHE_LISTEN_PORT": str(listen_port),
-        "MCPCACHE_METRICS_PORT": str(metrics_port),
-    }
-    command = [sys.executable, "-m", "mcpcache.sidecar.cli", "sidecar"]
-    command += ["--servers-file", str(config_file), "--allow-missing-config"]
-    process = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
-    try:
-        yield (
-            config_file,
-            f"http://127.0.0.1:{listen_port}/mcp/docs",
-            f"http://127.0.0.1:{metrics_port}",
-        )
-    finally:
-        process.terminate()
-        process.wait(10)
+    with following_servers_file(config_file, "docs", MCPCACHE_APP_ID="e2e-agent") as urls:
+        yield config_file, *urls
 
 
 def apply_docs(control_plane, base_url: str, tmp_path: Path, cache: str = "") -> str:

@@ -8,9 +8,6 @@ answers after the default timeout has passed.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -25,7 +22,8 @@ from mcp import MCPError
 from mcpcache.sidecar.config import parse_servers_file
 from peers.clients import http_get, mcp_client
 from peers.kubelet import project
-from peers.serving import async_wait_until, free_port, wait_until
+from peers.serving import async_wait_until, wait_until
+from peers.sidecar import following_servers_file
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -35,23 +33,8 @@ def sidecar(tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
     """A real sidecar following a servers file that does not exist yet (as in a pod)."""
     config_file = tmp_path / "mounted" / "config.yaml"
     config_file.parent.mkdir()
-    listen_port, metrics_port = free_port(), free_port()
-    env = os.environ | {
-        "MCPCACHE_LISTEN_PORT": str(listen_port),
-        "MCPCACHE_METRICS_PORT": str(metrics_port),
-    }
-    command = [sys.executable, "-m", "mcpcache.sidecar.cli", "sidecar"]
-    command += ["--servers-file", str(config_file), "--allow-missing-config"]
-    process = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
-    try:
-        yield (
-            config_file,
-            f"http://127.0.0.1:{listen_port}/mcp/thinker",
-            f"http://127.0.0.1:{metrics_port}",
-        )
-    finally:
-        process.terminate()
-        process.wait(10)
+    with following_servers_file(config_file, "thinker") as (url, metrics_url):
+        yield config_file, url, metrics_url
 
 
 def apply_thinker(control_plane, url: str, timeout: str, tmp_path: Path) -> str:

@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +156,25 @@ def one_server(
 
 
 SIDECAR_COMMAND = (sys.executable, "-m", "mcpcache.sidecar.cli", "sidecar")
+
+
+@contextmanager
+def following_servers_file(
+    config_file: Path, server: str, **environment: str
+) -> Iterator[tuple[str, str]]:
+    """A real `mcpcache sidecar` process following a servers file that may not exist yet
+    (as in a pod that starts before its namespace's ConfigMap is written), with these
+    extra environment variables; yields the URL of `server` and the metrics listener."""
+    listen_port, metrics_port = free_port(), free_port()
+    env = os.environ | environment
+    env |= {"MCPCACHE_LISTEN_PORT": str(listen_port), "MCPCACHE_METRICS_PORT": str(metrics_port)}
+    command = [*SIDECAR_COMMAND, "--servers-file", str(config_file), "--allow-missing-config"]
+    process = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+    try:
+        yield f"http://127.0.0.1:{listen_port}/mcp/{server}", f"http://127.0.0.1:{metrics_port}"
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 class SidecarProcess:

@@ -172,15 +172,15 @@ class Fetch:
             storage.invalidator.hints.learn(server.name, final["result"], learner, held)
         result = final.get("result") if final is not None else None
         lookup = request.lookup
-        accepted = isinstance(result, dict) and result.get("isError") is not True
-        if lookup.credential and current and accepted and 200 <= self._status < 300:
+        served = current and isinstance(result, dict) and result.get("isError") is not True
+        if lookup.credential and served and 200 <= self._status < 300:
             assert storage.credentials is not None  # the upstream served this credential
             held = lookup.ttl + server.cache.keep_stale  # as long as an entry may answer
             storage.credentials.accept(lookup.scope, lookup.credential, held)
-        if current and isinstance(result, dict) and result.get("isError") is not True:
+        if served and isinstance(result, dict):
             digest = answer_digest(result)
-            label, now = scope_label(request.lookup.scope), storage.cache.timer()
-            storage.observations.saw(server.name, label, request.lookup.key, digest, now)
+            label, now = scope_label(lookup.scope), storage.cache.timer()
+            storage.observations.saw(server.name, label, lookup.key, digest, now)
         rewrite = final is not None and freshness.overrides(server, request.message.method, final)
         if rewrite and final is not None:
             scope = cache_scope(final["result"])

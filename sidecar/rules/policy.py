@@ -344,13 +344,9 @@ def doubtful_writes(server: Server, message: Message) -> tuple[Removal, ...]:
     """What a request the sidecar cannot read with certainty removes once it answers:
     when even its tool may be read otherwise (its method, `params` or the tool's name
     are in doubt), everything any rule of the server invalidates; else what its tool's
-    rule invalidates, as for any call."""
-    if message.method == "tools/call" and message.doubt in _ARGUMENTS_ONLY:
+    rule invalidates, matched on nothing."""
+    if message.method == "tools/call" and message.doubt == "accept":  # its tool is certain
         rule = tool_rule(server, message)
         return rule.invalidated_globs if rule is not None else ()
     globs = {glob for rule in server.cache.tools for glob in rule.invalidated_globs}
     return tuple(sorted(globs))
-
-
-_ARGUMENTS_ONLY: Final = frozenset({"accept"})
-"""Doubts that leave the method and the tool's name certain."""

@@ -23,7 +23,7 @@ from peers.rediscluster import RedisCluster
 from peers.redissentinel import RedisSentinel
 from peers.redisserver import RedisServer, redis_server_binary
 from peers.serving import STOPPING, ServedApp, served, wait_until
-from peers.sidecar import RunningSidecar
+from peers.sidecar import RunningSidecar, one_server
 from peers.upstream import Upstream
 
 MARKERS = (
@@ -167,6 +167,12 @@ def make_sidecar(tmp_path: Path) -> Iterator[SidecarFactory]:
     yield start
     for sidecar in running:
         sidecar.stop_soon()
+
+
+@pytest.fixture
+def sidecar_on_echo(make_sidecar: SidecarFactory, echo_upstream) -> RunningSidecar:
+    """A sidecar caching one server, `echo`, on the raw upstream that says who asked."""
+    return make_sidecar(one_server(echo_upstream[1].base_url + "/mcp", name="echo"))
 
 
 def server_entry(name: str, url: str, **cache: Any) -> dict[str, Any]:

@@ -88,6 +88,11 @@ class ServerCache(Model):
     trust_public_hints: bool = Field(default=False, strict=True)
     """Share among all callers a result the server marks `cacheScope: "public"` (the six
     results that carry it); without it such results are kept per caller."""
+    session_scoped: bool = Field(default=False, strict=True)
+    """Keep each legacy session's entries apart (its `Mcp-Session-Id` is key material,
+    and its entries end with it): for a server that keeps per-session state a tool
+    reads, or binds a user to a session at `initialize`. Unset, a session is not an
+    identity: a new session of the same caller finds what an earlier one stored."""
 
     @model_validator(mode="after")
     def _identity_is_never_ignored(self) -> Self:

@@ -54,6 +54,11 @@ class CacheableRequest:
     credential lately: it goes upstream on its own (no stale answer, no flight to
     join; those who join its flight get its answer only once stored, so accepted)."""
 
+    @property
+    def session(self) -> str | None:
+        """Its legacy session id, as sent (None: outside one)."""
+        return self.incoming.headers.get(policy.SESSION_HEADER)
+
 
 @dataclass(frozen=True, slots=True)
 class Storage:

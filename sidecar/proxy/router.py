@@ -214,6 +214,7 @@ class Proxy:
                     leader=False,
                     joinable=True,
                     keep_going=True,
+                    session=request.session,
                 )
             self.metrics.count(server.name, request.method, "stale")
             return HitResponse.stale(
@@ -233,6 +234,7 @@ class Proxy:
             self._fetch(request),
             leader=True,
             joinable=joinable,
+            session=request.session,
         )
         try:
             head = await flight.head()
@@ -258,12 +260,17 @@ class Proxy:
         return StreamedResponse(head.status, head.headers, head.cache_status, body)
 
     async def _follow(self, request: CacheableRequest, flight: Flight) -> ASGIApp:
-        """Wait for an identical request's answer; take it under this request's own id."""
+        """Wait for an identical request's answer; take it under this request's own id.
+
+        A follower in another legacy session than the leader's takes only an answer that
+        was stored (so is every session's); an error, or a failure, may be the leader's
+        session's own (ended, unknown to a replica), so it goes upstream itself."""
         server, method, request_id = request.server, request.method, request.message.id
         outcome = await flight.wait_as_follower(server.timeout)
         if outcome is None:  # the flight is stuck: do not wait on it any longer
             return await self._lead(request, joinable=False)
-        if outcome.kind == "answer":
+        elsewhere = flight.session != request.session
+        if outcome.kind == "answer" and not (elsewhere and outcome.reason is not None):
             self.metrics.count(server.name, method, "collapsed")
             detail = cache_status.detail(outcome.reason) if outcome.reason else None
             status = cache_status.forwarded("miss", detail, collapsed=True)
@@ -276,7 +283,7 @@ class Proxy:
                 self.metrics.count(server.name, method, "stale")
                 status = cache_status.stale_if_error(outcome.upstream_status)
                 return HitResponse.stale(stale, request_id, self.cache.timer(), status)
-            if outcome.failure is not None:
+            if outcome.failure is not None and not elsewhere:
                 self.metrics.count(server.name, method, "collapsed")
                 raise failure_error(server, outcome.failure, request_id)
         return await self._lead(request, joinable=False)

@@ -25,10 +25,13 @@ def keyed_headers(
 ) -> frozenset[str]:
     """Every request header the key depends on: each one present that reaches the
     upstream (`hidden`: those a `Connection` header keeps from it), but for the few that
-    cannot carry identity or change the answer and the server's `ignoreHeaders`; and the
-    identity headers, the session and the version whether present or not."""
+    cannot carry identity or change the answer and the server's `ignoreHeaders`; the
+    identity headers and the version whether present or not; and the legacy session
+    where it is keyed (`session_keyed`)."""
     cache = server.cache
-    return _keyed(cache.identity_headers, cache.ignore_headers, tuple(headers), hidden)
+    return _keyed(
+        cache.identity_headers, cache.ignore_headers, tuple(headers), hidden, cache.session_scoped
+    )
 
 
 @functools.lru_cache(maxsize=512)
@@ -37,6 +40,7 @@ def _keyed(
     ignored: tuple[str, ...],
     present: tuple[str, ...],
     hidden: frozenset[str],
+    session_scoped: bool,
 ) -> frozenset[str]:
     # Memoised: a client sends the same header names on every call.
     material = {
@@ -46,8 +50,25 @@ def _keyed(
         and name not in NOT_KEY_MATERIAL
         and name not in ignored
         and name not in hidden
+        and name != SESSION_HEADER
     }
-    return frozenset({*material, *identity_headers, SESSION_HEADER, PROTOCOL_HEADER})
+    always = {*identity_headers, PROTOCOL_HEADER}
+    if session_keyed(session_scoped, SESSION_HEADER in present, PROTOCOL_HEADER in present):
+        always.add(SESSION_HEADER)
+    return frozenset({*material, *always})
+
+
+def session_keyed(session_scoped: bool, in_session: bool, versioned: bool) -> bool:
+    """Whether the legacy session is key material (and its entries end with it).
+
+    A session is not an identity (servers must not authenticate by it): a new session
+    of the same caller — app id, identity headers, protocol version — reads what an
+    earlier one stored. It stays in the key on a `sessionScoped` server (one that keeps
+    per-session state a tool reads, or binds a user at `initialize`), and for a request
+    in a session that does not say its protocol version: the version its session
+    negotiated is then unknown, and two sessions of one caller may speak different
+    versions."""
+    return session_scoped or (in_session and not versioned)
 
 
 @functools.lru_cache(maxsize=64)
@@ -172,7 +193,12 @@ def caller_of(
             raise RequestRefused(problem)
         hidden = frozenset(connection_named(raw_headers))
     keyed = keyed_headers(server, headers, hidden)
-    return Caller(keyed, identity(headers, keyed, raw_headers))
+    who = identity(headers, keyed, raw_headers)
+    if SESSION_HEADER in headers and SESSION_HEADER not in keyed:
+        # Which session is not key material, but being in one is: a request outside any
+        # session (which a session-era upstream refuses) never reads a session's entries.
+        who["session"] = "any"
+    return Caller(keyed, who)
 
 
 def unambiguous_caller(

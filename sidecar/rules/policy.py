@@ -115,7 +115,8 @@ class Bypass:
 class Lookup(NamedTuple):
     """The request is looked up under `key`; on a miss its answer may be stored for
     `ttl` seconds, indexed under its `scope`. `session` is the digest of the legacy
-    session it belongs to ("" for none). (A tuple: made on every hit, so cheap.)"""
+    session its entry belongs to and ends with ("" when the session is not keyed).
+    (A tuple: made on every hit, so cheap.)"""
 
     key: str
     ttl: float
@@ -284,7 +285,9 @@ def plan(
         # made it a `tool_rule` bypass.)
         return Bypass("too_deep")
     session_id = headers.get(SESSION_HEADER)
-    session = session_scope(server, session_id) if session_id and not public else ""
+    session = ""
+    if session_id and SESSION_HEADER in keyed:  # never on a key for every caller
+        session = session_scope(server, session_id)
     public_key = ""
     if cache.trust_public_hints and method in SCOPED_RESULTS and versioned:
         shared = public_keyed(keyed, cache.identity_headers)

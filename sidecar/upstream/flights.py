@@ -90,8 +90,11 @@ class Flight:
         leader: bool,
         keep_going: bool,
         on_settled: Callable[[Flight], None] = lambda flight: None,
+        session: str | None = None,
     ) -> None:
         self.key = key
+        self.session = session
+        """The legacy session of the request that started it (None: outside one)."""
         self.leader = leader
         """A client reads the stream (it goes when that client does)."""
         self.keep_going = keep_going
@@ -242,12 +245,14 @@ class Coalescer:
         leader: bool,
         joinable: bool,
         keep_going: bool = False,
+        session: str | None = None,
     ) -> Flight:
-        """Run `fetch(flight)` in a task of its own; `joinable`: followers may join it."""
+        """Run `fetch(flight)` in a task of its own; `joinable`: followers may join it.
+        `session`: the legacy session of the request it is for."""
         if joinable:
-            flight = self._by_key[key] = Flight(key, leader, keep_going, self._forget)
+            flight = self._by_key[key] = Flight(key, leader, keep_going, self._forget, session)
         else:
-            flight = Flight(key, leader, keep_going)
+            flight = Flight(key, leader, keep_going, session=session)
         task = asyncio.create_task(self._run(flight, fetch))
         flight.task = task
         self._tasks.add(task)

@@ -229,6 +229,7 @@ def test_valid_tool_rules_are_accepted_by_both_as_written(control_plane, namespa
         ],
         "fillSchemaDefaults": True,
         "trustPublicHints": True,
+        "sessionScoped": True,
     }
     created = objects.create_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, mcpserver("rules", **cache)
@@ -240,6 +241,7 @@ def test_valid_tool_rules_are_accepted_by_both_as_written(control_plane, namespa
     assert model.tools[4].invalidates[1].match == ("owner",)  # type: ignore[union-attr]
     assert model.fill_schema_defaults
     assert model.trust_public_hints
+    assert model.session_scoped
 
 
 @pytest.mark.parametrize(

@@ -34,10 +34,10 @@ from peers.sidecar import RunningSidecar, one_server
 
 
 @pytest.fixture
-def sidecar_on_echo(make_sidecar, echo_upstream) -> RunningSidecar:
-    sidecar: RunningSidecar = make_sidecar(
-        one_server(echo_upstream[1].base_url + "/mcp", name="echo")
-    )
+def sidecar_on_echo_by_session(make_sidecar, echo_upstream) -> RunningSidecar:
+    """As `sidecar_on_echo`, on a `sessionScoped` server: each session's entries apart."""
+    server = one_server(echo_upstream[1].base_url + "/mcp", name="echo", sessionScoped=True)
+    sidecar: RunningSidecar = make_sidecar(server)
     return sidecar
 
 
@@ -291,9 +291,11 @@ async def test_a_request_that_already_passed_this_sidecar_is_refused(
     assert peer.calls == calls
 
 
-async def test_legacy_session_answers_stay_in_their_session(make_sidecar, upstream) -> None:
+async def test_legacy_session_answers_stay_in_their_session_on_a_session_scoped_server(
+    make_sidecar, upstream
+) -> None:
     _, app = upstream
-    sidecar = make_sidecar(one_server(app.base_url + "/mcp"))
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", sessionScoped=True))
     text = unique()
     async with mcp_client(sidecar.url("s"), mode=LEGACY) as client:
         cached = (await client.call_tool("echo", {"text": text})).content[0].text
@@ -484,7 +486,9 @@ CALLS = st.lists(
 
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(batches=st.lists(CALLS, min_size=1, max_size=3))
-def no_answer_is_ever_one_produced_for_another_identity(sidecar_on_echo, batches) -> None:
+def no_answer_is_ever_one_produced_for_another_identity(
+    sidecar_on_echo, session_scoped, batches
+) -> None:
     run = unique()
 
     async def one(http: httpx.AsyncClient, who: dict[str, str], number: Any, rid: int) -> None:
@@ -498,8 +502,14 @@ def no_answer_is_ever_one_produced_for_another_identity(sidecar_on_echo, batches
         answer = response.json()
         assert answer["id"] == rid
         seen = who_answered(answer)
-        for name in ("authorization", "x-api-key", "cookie", "mcp-session-id"):
+        for name in ("authorization", "x-api-key", "cookie"):
             assert seen["who"][name] == who.get(name)
+        session = who.get("mcp-session-id")
+        if session_scoped or session is None:
+            assert seen["who"]["mcp-session-id"] == session
+        else:  # a session is not an identity (the version is always sent here): any
+            # session of the same caller's, never none
+            assert seen["who"]["mcp-session-id"] is not None
         assert seen["who"]["mcp-protocol-version"] == who.get("mcp-protocol-version", "2026-07-28")
         assert str(seen["arguments"]["n"]) == str(number)
 
@@ -514,10 +524,15 @@ def no_answer_is_ever_one_produced_for_another_identity(sidecar_on_echo, batches
     asyncio.run(main())
 
 
-def test_no_answer_is_ever_one_produced_for_another_identity(sidecar_on_echo) -> None:
-    no_answer_is_ever_one_produced_for_another_identity(sidecar_on_echo)
+@pytest.mark.parametrize("session_scoped", [False, True], ids=["sessions-share", "by-session"])
+def test_no_answer_is_ever_one_produced_for_another_identity(
+    request: pytest.FixtureRequest, session_scoped: bool
+) -> None:
+    fixture = "sidecar_on_echo_by_session" if session_scoped else "sidecar_on_echo"
+    sidecar: RunningSidecar = request.getfixturevalue(fixture)
+    no_answer_is_ever_one_produced_for_another_identity(sidecar, session_scoped)
     # The property must have been exercised on hits, or it proves nothing.
-    hits = sidecar_on_echo.sample(
+    hits = sidecar.sample(
         "mcpcache_requests_total", server="echo", method="tools/call", outcome="hit"
     )
     assert hits > 0

@@ -33,14 +33,6 @@ from peers.typescript_sdk import TypeScriptServer, typescript_server
 LEGACY_VERSION = "2025-06-18"
 
 
-@pytest.fixture
-def sidecar_on_echo(make_sidecar, echo_upstream) -> RunningSidecar:
-    sidecar: RunningSidecar = make_sidecar(
-        one_server(echo_upstream[1].base_url + "/mcp", name="echo")
-    )
-    return sidecar
-
-
 def raw_call(request_id: str, tool: str, arguments: dict[str, Any]) -> bytes:
     """A tools/call body whose id is written exactly as given (`1.0`, `1e0`)."""
     body = json.dumps(call_body("__ID__", tool, arguments))
@@ -312,29 +304,6 @@ async def test_a_shared_write_that_lands_after_a_purge_is_never_served(redis_ser
         assert fresh.entry.result == result
     finally:
         await tier.aclose()
-
-
-# Sessions that end while an answer is in flight.
-
-
-async def test_an_answer_in_flight_when_its_session_ends_is_not_stored(
-    sidecar_on_echo, echo_upstream
-) -> None:
-    peer, _ = echo_upstream
-    gate, session = unique(), "ending-" + unique()
-    arguments = {"q": unique(), "hold": gate}
-    headers = call_headers("t", **{"mcp-session-id": session})
-    url = sidecar_on_echo.url("echo")
-    calls = peer.calls
-    pending = asyncio.ensure_future(post(url, call_body(1, "t", arguments), headers))
-    await async_wait_until(lambda: peer.calls == calls + 1, what="the call upstream")
-    async with http_client(timeout=10) as http:
-        ended = await http.delete(url, headers={"mcp-session-id": session})
-    assert ended.status_code == 200
-    peer.gate(gate).set()
-    answer = await asyncio.wait_for(pending, 10)
-    assert answer.headers["cache-status"] == "mcpcache; fwd=miss; detail=invalidated"
-    assert len(sidecar_on_echo.sidecar.cache) == 0
 
 
 # The Host check, and /metrics.

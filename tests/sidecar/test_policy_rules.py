@@ -48,7 +48,8 @@ def test_the_key_is_made_of_server_method_params_caller_and_identity() -> None:
         "user-agent": "agent/1",
     }
     message = request(name="t", arguments={"q": 1})
-    decided = plan(message, headers)
+    scoped = server(sessionScoped=True)
+    decided = plan(message, headers, scoped)
     identity = {
         "header:authorization": secret_digest("Bearer a"),
         "header:mcp-session-id": secret_digest("s-1"),
@@ -56,12 +57,43 @@ def test_the_key_is_made_of_server_method_params_caller_and_identity() -> None:
         "protocol": "2025-06-18",
     }
     assert decided.key == cache_key("docs", "tools/call", message.params, "agent", identity)
-    assert decided.session == policy.session_scope(server(), "s-1")
+    assert decided.session == policy.session_scope(scoped, "s-1")
     assert decided.keyed == frozenset(
         {*server().cache.identity_headers, "mcp-session-id", "mcp-protocol-version", "user-agent"}
     )
-    assert plan(message, {}).session == ""
+    assert plan(message, {}, scoped).session == ""
     assert policy.identity({}, decided.keyed) == {}
+
+
+def test_a_legacy_session_is_not_key_material_unless_the_server_is_session_scoped() -> None:
+    message = request(name="t", arguments={"q": 1})
+    versioned = {"authorization": "Bearer a", "mcp-protocol-version": "2025-06-18"}
+    first = plan(message, versioned | {"mcp-session-id": "s-1"})
+    second = plan(message, versioned | {"mcp-session-id": "s-2"})
+    # Another session of the same caller: one key, and the entry ends with no session.
+    assert first.key == second.key
+    assert first.session == second.session == ""
+    assert "mcp-session-id" not in first.keyed
+    identity = {
+        "header:authorization": secret_digest("Bearer a"),
+        "protocol": "2025-06-18",
+        "session": "any",
+    }
+    assert first.key == cache_key("docs", "tools/call", message.params, "agent", identity)
+    # Being in a session is: outside one, a request never reads a session's entries.
+    assert plan(message, versioned).key != first.key
+    # Never across callers.
+    other = plan(message, versioned | {"authorization": "Bearer b", "mcp-session-id": "s-1"})
+    assert other.key != first.key
+    # A session that does not say its version keeps its own entries (the version it
+    # negotiated is unknown); so does every session of a session-scoped server.
+    unversioned = [plan(message, {"mcp-session-id": s}) for s in ("s-1", "s-2")]
+    assert unversioned[0].key != unversioned[1].key
+    assert unversioned[0].session == policy.session_scope(server(), "s-1")
+    scoped = server(sessionScoped=True)
+    apart = [plan(message, versioned | {"mcp-session-id": s}, scoped) for s in ("s-1", "s-2")]
+    assert apart[0].key != apart[1].key
+    assert apart[0].session == policy.session_scope(scoped, "s-1")
 
 
 def test_the_server_and_the_method_split_the_key() -> None:

@@ -461,7 +461,7 @@ def test_a_public_key_names_which_credentials_were_sent_never_their_values() -> 
 
 
 def test_the_public_side_of_a_lookup_is_the_entry_for_every_caller() -> None:
-    s = server(trustPublicHints=True)
+    s = server(trustPublicHints=True, sessionScoped=True)
     headers = {"authorization": "alice", "mcp-session-id": "1"}
     lookup = plan(s, read("doc://a"), headers)
     assert isinstance(lookup, policy.Lookup)

@@ -416,11 +416,12 @@ async def test_purges_reach_the_shared_tier_and_only_their_own_prefix(
     assert count(tame) == 4  # untouched by the other app's purges
 
 
-async def test_answers_inside_a_legacy_session_stay_in_memory(
+async def test_answers_inside_a_legacy_session_stay_in_memory_on_a_session_scoped_server(
     make_sidecar, redis_server, json_upstream
 ) -> None:
     _, app = json_upstream
     document = shared_config(app, redis_server.url)
+    document["servers"][0]["cache"]["sessionScoped"] = True
     sidecar = make_sidecar(document)
     async with mcp_client(sidecar.url("s"), mode=LEGACY) as client:
         first = await client.call_tool("echo", {"text": "in a session"})
@@ -434,6 +435,24 @@ async def test_answers_inside_a_legacy_session_stay_in_memory(
         for result in ("hit", "miss", "refused", "error", "skipped")
     )
     assert lookups == 1
+
+
+async def test_a_new_session_on_another_replica_reads_what_an_earlier_session_stored(
+    make_sidecar, redis_server, json_upstream
+) -> None:
+    peer, app = json_upstream
+    document = shared_config(app, redis_server.url)
+    first, second = make_sidecar(document), make_sidecar(document)
+    text = uuid.uuid4().hex
+    async with mcp_client(first.url("s"), mode=LEGACY) as client:
+        stored = await client.call_tool("echo", {"text": text})
+    await stored_in_redis(first)
+    calls = peer.calls["echo"]
+    async with mcp_client(second.url("s"), mode=LEGACY) as client:
+        again = await client.call_tool("echo", {"text": text})
+    assert again.content == stored.content
+    assert peer.calls["echo"] == calls  # answered from the shared tier: the session was not a key
+    assert second.sample("mcpcache_shared_lookups_total", result="hit") == 1
 
 
 async def test_a_shared_hit_restates_ttl_ms_as_the_freshness_left(

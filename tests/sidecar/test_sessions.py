@@ -1,0 +1,186 @@
+"""Legacy sessions and the cache: a session is not an identity (by default a new session
+of the same caller reads what an earlier one stored), being in one is; never across
+callers; a `sessionScoped` server keeps each session's entries apart (those tests sit
+beside the isolation tests they extend, under that setting)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from peers.clients import (
+    LEGACY,
+    MODERN,
+    call_body,
+    call_headers,
+    http_client,
+    mcp_client,
+    post,
+    unique,
+)
+from peers.echo import who_answered
+from peers.serving import async_wait_until
+from peers.sidecar import one_server
+
+
+def in_session(session: str | None, **extra: str) -> dict[str, str]:
+    """A session-era call's headers (the version said, as SDK clients say it)."""
+    headers = call_headers("t", **{"mcp-protocol-version": "2025-11-25", **extra})
+    if session is not None:
+        headers["mcp-session-id"] = session
+    return headers
+
+
+@pytest.mark.parametrize("mode", [LEGACY, MODERN])
+async def test_a_client_that_opens_a_session_per_call_hits_from_its_second_session(
+    make_sidecar, upstream, mode: str
+) -> None:
+    peer, app = upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp"))
+    text, calls = unique(), peer.calls["echo"]
+    answers = []
+    for _ in range(3):  # as LangChain's adapters do: a client (and session) per call
+        async with mcp_client(sidecar.url("s"), mode=mode) as client:
+            answers.append((await client.call_tool("echo", {"text": text})).content[0].text)
+    assert answers[0] == answers[1] == answers[2]
+    assert peer.calls["echo"] == calls + 1  # it ran once
+    hits = sidecar.sample("mcpcache_requests_total", server="s", method="tools/call", outcome="hit")
+    assert hits == 2
+
+
+async def test_a_new_session_of_another_caller_never_reads_an_earlier_sessions_entry(
+    make_sidecar, upstream
+) -> None:
+    peer, app = upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp"))
+    text, calls = unique(), peer.calls["whoami"]
+    seen = []
+    for user in ("alice", "bob", "alice"):
+        headers = {"authorization": f"Bearer {user}"}
+        async with mcp_client(sidecar.url("s"), mode=LEGACY, headers=headers) as client:
+            seen.append((await client.call_tool("whoami", {"text": text})).content[0].text)
+    assert seen[0].startswith("user=Bearer alice")
+    assert seen[1].startswith("user=Bearer bob")
+    assert seen[2] == seen[0]  # alice's second session: her own entry
+    assert peer.calls["whoami"] == calls + 2
+
+
+async def test_any_session_of_the_same_caller_reads_its_entries_but_no_session_does_not(
+    sidecar_on_echo, echo_upstream
+) -> None:
+    peer, _ = echo_upstream
+    arguments = {"q": unique()}
+    url = sidecar_on_echo.url("echo")
+    first = await post(url, call_body(1, "t", arguments), in_session("s-" + unique()))
+    assert first.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    calls = peer.calls
+    # A session the upstream never issued is no one's identity: the caller is the same.
+    forged = await post(url, call_body(2, "t", arguments), in_session("forged-" + unique()))
+    assert forged.headers["cache-status"] == "mcpcache; hit"
+    assert forged.json()["result"]["content"] == first.json()["result"]["content"]
+    assert peer.calls == calls
+    # Outside any session (which a session-era upstream refuses), it goes upstream.
+    outside = await post(url, call_body(3, "t", arguments), in_session(None))
+    assert outside.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    assert who_answered(outside.json())["who"]["mcp-session-id"] is None
+    # Another caller in the same session id never reads the first caller's entry.
+    other = await post(
+        url, call_body(4, "t", arguments), in_session("forged", authorization="Bearer eve")
+    )
+    assert other.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    assert who_answered(other.json())["who"]["authorization"] == "Bearer eve"
+    assert peer.calls == calls + 2
+
+
+async def test_a_session_that_does_not_say_its_version_keeps_its_own_entries(
+    sidecar_on_echo, echo_upstream
+) -> None:
+    # The 2025-03-26 clients send no version header: which version the session agreed
+    # is unknown, and two sessions of one caller may have agreed on different ones.
+    peer, _ = echo_upstream
+    arguments = {"q": unique()}
+    headers = call_headers("t")
+    del headers["mcp-protocol-version"]
+    calls = peer.calls
+    for session in ("a-" + unique(), "b-" + unique()):
+        answer = await post(
+            sidecar_on_echo.url("echo"),
+            call_body(1, "t", arguments),
+            headers | {"mcp-session-id": session},
+        )
+        assert answer.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+        assert who_answered(answer.json())["who"]["mcp-session-id"] == session
+    assert peer.calls == calls + 2
+
+
+async def test_ending_a_session_keeps_its_callers_entries(make_sidecar, upstream) -> None:
+    _, app = upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp"))
+    text = unique()
+    async with mcp_client(sidecar.url("s"), mode=LEGACY) as client:
+        stored = (await client.call_tool("echo", {"text": text})).content[0].text
+    # Leaving the client ended the session (a DELETE the upstream accepted).
+    async with mcp_client(sidecar.url("s"), mode=LEGACY) as client:
+        again = (await client.call_tool("echo", {"text": text})).content[0].text
+    assert again == stored
+    assert sidecar.sample("mcpcache_cache_evictions_total", reason="purged") == 0
+    assert sidecar.sample("mcpcache_cache_entries") == 1
+
+
+@pytest.mark.parametrize("session_scoped", [False, True], ids=["sessions-share", "by-session"])
+async def test_an_answer_in_flight_when_its_session_ends_is_stored_only_if_sessions_share(
+    make_sidecar, echo_upstream, session_scoped: bool
+) -> None:
+    peer, app = echo_upstream
+    server = one_server(app.base_url + "/mcp", name="echo", sessionScoped=session_scoped)
+    sidecar = make_sidecar(server)
+    gate, session = unique(), "ending-" + unique()
+    arguments = {"q": unique(), "hold": gate}
+    url = sidecar.url("echo")
+    calls = peer.calls
+    pending = asyncio.ensure_future(post(url, call_body(1, "t", arguments), in_session(session)))
+    await async_wait_until(lambda: peer.calls == calls + 1, what="the call upstream")
+    async with http_client(timeout=10) as http:
+        ended = await http.delete(url, headers={"mcp-session-id": session})
+    assert ended.status_code == 200
+    peer.gate(gate).set()
+    answer = await asyncio.wait_for(pending, 10)
+    later = await post(url, call_body(2, "t", arguments), in_session("next-" + unique()))
+    if session_scoped:  # the session's entries ended with it, this one too
+        assert answer.headers["cache-status"] == "mcpcache; fwd=miss; detail=invalidated"
+        assert later.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    else:  # the caller's answer, whichever session asked
+        assert answer.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+        assert later.headers["cache-status"] == "mcpcache; hit"
+
+
+@pytest.mark.parametrize(
+    ("extra", "shared"),
+    [({}, True), ({"error": {"code": -32000, "message": "no such session state"}}, False)],
+    ids=["stored-answer", "error"],
+)
+async def test_a_follower_in_another_session_shares_only_an_answer_that_was_stored(
+    sidecar_on_echo, echo_upstream, extra: dict[str, Any], shared: bool
+) -> None:
+    peer, _ = echo_upstream
+    gate = unique()
+    arguments = {"q": unique(), "hold": gate, **extra}
+    url = sidecar_on_echo.url("echo")
+    calls = peer.calls
+    leader = asyncio.ensure_future(post(url, call_body(1, "t", arguments), in_session("lead")))
+    await async_wait_until(lambda: peer.calls == calls + 1, what="the leader upstream")
+    follower = asyncio.ensure_future(post(url, call_body(2, "t", arguments), in_session("other")))
+    await async_wait_until(lambda: sidecar_on_echo.waiting() == 1, what="the follower to wait")
+    peer.gate(gate).set()
+    led, followed = await asyncio.wait_for(asyncio.gather(leader, follower), 10)
+    assert led.status_code == followed.status_code == 200
+    if shared:
+        assert "collapsed" in followed.headers["cache-status"]
+        assert followed.json()["result"]["content"] == led.json()["result"]["content"]
+        assert peer.calls == calls + 1
+    else:  # the leader's error may be its session's own: the follower asks for itself
+        assert "collapsed" not in followed.headers["cache-status"]
+        assert peer.calls == calls + 2
+        assert peer.seen[-1]["mcp-session-id"] == "other"

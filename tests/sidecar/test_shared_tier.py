@@ -269,6 +269,12 @@ async def test_answers_keep_coming_while_redis_hangs_or_is_gone_then_it_is_used_
         assert time.monotonic() < deadline, "the breaker never closed again"
         probes += 1
         await answered_without_redis(f"probe-{probes}")
+    # Subscribed again, the sidecar drops its memory (removals may have been missed)
+    # and with it every answer still in flight: wait for that before the next miss.
+    await async_wait_until(
+        lambda: sidecar.sample("mcpcache_shared_removals_listening") == 1,
+        what="the removals to be heard again",
+    )
     status, _, _ = await call(sidecar, "echo", {"text": "after"})
     assert status == "mcpcache; fwd=miss; stored"
     await async_wait_until(lambda: keys(redis, app_id), what="a write after recovery")

@@ -288,7 +288,7 @@ async def test_a_namespace_confined_by_acl_uses_its_prefix_and_no_other(
     # The shared-tier guide's ACL pattern for namespace `agents`.
     redis.client().execute_command(
         "ACL SETUSER mcpcache-agents on >agents-password resetkeys ~mcpcache:agents:* "
-        "resetchannels -@all +get +set +unlink +scan +ping"
+        "resetchannels &mcpcache:agents:* -@all +get +set +unlink +scan +ping +publish +subscribe"
     )
     monkeypatch.setenv("MCPCACHE_SHARED_CACHE_PASSWORD", "agents-password")
     url = f"redis://mcpcache-agents@127.0.0.1:{redis.port}/0"
@@ -300,6 +300,7 @@ async def test_a_namespace_confined_by_acl_uses_its_prefix_and_no_other(
     status, _, _ = await call(second, "echo", {"text": "acl"})
     assert status == SHARED_HIT
     assert keys(redis, app_id, "agents")
+    assert first.sample("mcpcache_shared_removals_listening") == 1  # the channel allowed
 
     trespasser = make_sidecar(shared_config(app, url, app_id, namespace="tools"))
     status, _, _ = await call(trespasser, "echo", {"text": "acl"})

@@ -3,7 +3,8 @@
 # short smoke run. Results: benchmarks/results/latest.json and benchmarks.svg.
 # `run.sh shared [--quick]` runs the shared-tier benchmark (results/shared-tier.json);
 # `run.sh shared-cluster [--quick]` the tier on Redis Cluster and Sentinel beside one
-# Redis, and their failovers (results/shared-cluster.json).
+# Redis, and their failovers (results/shared-cluster.json); `run.sh replicas [--quick]`
+# how long a removal takes to reach the other replicas' memory (results/replica-propagation.json).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../.ci/env.sh"
 if ! command -v wrk >/dev/null 2>&1; then
@@ -24,5 +25,10 @@ if [ "${1:-}" = shared-cluster ]; then
   shift
   bash .ci/redis-server.sh
   exec python benchmarks/shared_cluster.py "$@"
+fi
+if [ "${1:-}" = replicas ]; then
+  shift
+  bash .ci/redis-server.sh
+  exec python benchmarks/replica_propagation.py "$@"
 fi
 exec python benchmarks/run_all.py "$@"

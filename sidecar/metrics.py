@@ -260,6 +260,26 @@ class SharedMetrics:
             states=["closed", "open", "half_open"],
             registry=registry,
         )
+        self.messages = Counter(
+            "mcpcache_shared_removal_messages",
+            "Removals announced to and heard from the app's other replicas: sent, failed "
+            "(not published), received (acted on), own (this replica's, come back) or "
+            "dropped (refused: not a message for this app).",
+            ["result"],
+            registry=registry,
+        )
+        self.listening = Gauge(
+            "mcpcache_shared_removals_listening",
+            "1 while this replica hears the removals of its other replicas (memory trusted).",
+            registry=registry,
+        )
+        self.resyncs = Counter(
+            "mcpcache_shared_removal_resyncs",
+            "Times memory was dropped because the subscription to removals was (re)made.",
+            registry=registry,
+        )
+        for result in ("sent", "failed", "received", "own", "dropped"):
+            self.messages.labels(result)
         for result in ("hit", "miss", "refused", "error", "skipped", "pool_full"):
             self.lookups.labels(result)
         for result in ("stored", "error", "skipped", "pool_full", "dropped"):

@@ -115,6 +115,7 @@ class Admin:
         if config.server(server) is None and server not in self.cache.servers():
             raise ProxyError(404, UNKNOWN_SERVER, f"unknown MCP server {server!r}")
         removed = self.invalidator.purge(server, tool, uri)
+        await self.invalidator.announced(server)  # the other replicas are told first
         scope = {k: v for k, v in (("tool", tool), ("uri", uri)) if v is not None}
         return _json({"server": server, **scope, "purged": removed})
 

@@ -30,6 +30,7 @@ from ..proxy.invalidation import Invalidator
 from ..proxy.router import Proxy
 from ..rules.hints import ToolHints
 from ..rules.messages import INVALID_REQUEST
+from ..tiers.announcement import Announcement
 from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamClient
 from .admin import Admin
@@ -39,6 +40,10 @@ logger = logging.getLogger("mcpcache.sidecar")
 
 RELOAD_INTERVAL = 1.0
 """Seconds between checks of the config file; a change takes effect within this."""
+
+
+FIRST_LISTEN_SECONDS = 3.0
+"""How long readiness waits for the first subscription to the other replicas' removals."""
 
 
 class Sidecar:
@@ -60,7 +65,12 @@ class Sidecar:
         if current.shared_cache is not None:
             self.shared = RedisTier(current.shared_cache, SharedMetrics(self.metrics.registry))
         self.invalidator = Invalidator(
-            self.cache, self.metrics, ToolHints(), on_drop=self._drop_shared
+            self.cache,
+            self.metrics,
+            ToolHints(),
+            on_drop=self._drop_shared,
+            # Waited for before a write's or a purge's answer: SET then PUBLISH.
+            announce_within=2 * current.shared_cache.timeout if current.shared_cache else 0.0,
         )
         self.invalidator.follow_config(current)
         origin_policy = OriginPolicy(current.allowed_hosts)
@@ -89,9 +99,10 @@ class Sidecar:
         server = self.config().server(name)
         return server is not None and server.cache.age_note
 
-    def _drop_shared(self, server: str) -> None:
-        if self.shared is not None:
-            self.shared.forget_server(self.config().app_id, server)
+    def _drop_shared(self, server: str, told: Announcement) -> asyncio.Future[None] | None:
+        if self.shared is None:
+            return None
+        return self.shared.forget_server(self.config().app_id, server, told)
 
     def request_shutdown(self) -> None:
         """Ask both listeners to finish (safe to call from another thread)."""
@@ -142,8 +153,12 @@ class Sidecar:
         if isinstance(self.config, ConfigSource):
             follower = asyncio.create_task(self._follow(self.config))
         watcher = asyncio.create_task(self._mark_ready(servers))
+        listener = None
         if self.shared is not None:
             self.shared.warm_up()
+            listener = asyncio.create_task(
+                self.shared.listen(current.app_id, self.invalidator.apply, self.invalidator.resync)
+            )
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -151,7 +166,7 @@ class Sidecar:
             for srv in servers:
                 srv.should_exit = True
             await asyncio.gather(*tasks, return_exceptions=True)
-            for task in (follower, watcher):
+            for task in (follower, watcher, listener):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -174,6 +189,12 @@ class Sidecar:
         # uvicorn exposes start-up only as a flag, so it is polled.
         while not all(srv.started for srv in servers):  # noqa: ASYNC110
             await asyncio.sleep(0.02)
+        if self.shared is not None:
+            # Hearing the other replicas drops memory and the answers in flight: ready
+            # once that has happened (or could not, within FIRST_LISTEN_SECONDS).
+            deadline = asyncio.get_running_loop().time() + FIRST_LISTEN_SECONDS
+            while not self.shared.listening and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
         self.ready = True
         # Everything allocated so far (framework, models, clients) lives as long as the
         # process: keep it out of the collector's generations, so that collections on

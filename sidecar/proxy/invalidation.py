@@ -4,10 +4,16 @@ a purge (from the admin endpoint or a changed purge marker in the config).
 Removal is for every caller of the server: the state behind the answers changed, not
 one caller's view of it. Every removal also moves the server's epoch on, so that an
 answer fetched before it (a miss still in flight) is not stored after it.
+
+With a shared tier, every removal here is announced to the app's other replicas as the
+selection it made (`tiers.announcement`), and theirs are applied here (`apply`); memory
+as a whole is dropped whenever they may have been missed (`resync`, see
+`tiers.broadcast`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import logging
 from collections.abc import Callable, Iterable
@@ -19,8 +25,9 @@ from ..metrics import Metrics
 from ..rules.arguments import EVERY_ENTRY, MatchedRemoval, Removal, recorded_match
 from ..rules.hints import ToolHints
 from ..rules.notices import Notice
+from ..tiers.announcement import Announcement
 
-Cause = Literal["write", "notification", "purge"]
+Cause = Literal["write", "notification", "purge", "replica", "resync"]
 
 logger = logging.getLogger("mcpcache.sidecar")
 
@@ -30,22 +37,30 @@ PROMPT_LISTS: Final = ("prompts/list",)
 """Cached list answers a list-changed notification makes stale."""
 
 
+OnDrop = Callable[[str, Announcement], "asyncio.Future[None] | None"]
+
+
 class Invalidator:
-    """`on_drop(server)` is told of every removal: the shared tier, keyed by digest and
-    not by tool, then drops all of that server's entries for the app (more than needed,
-    never less: other replicas fetch again)."""
+    """`on_drop(server, announcement)` is told of every removal made here: the shared
+    tier, keyed by digest and not by tool, then drops all of that server's entries for
+    the app (more than needed, never less: other replicas fetch again) and announces
+    the removal; the future it returns is done once it has been announced.
+    `announce_within`: how long `announced` waits for that."""
 
     def __init__(
         self,
         cache: ResponseCache,
         metrics: Metrics,
         hints: ToolHints,
-        on_drop: Callable[[str], None] | None = None,
+        on_drop: OnDrop | None = None,
+        announce_within: float = 0.0,
     ) -> None:
         self.cache = cache
         self.metrics = metrics
         self.hints = hints
         self.on_drop = on_drop
+        self.announce_within = announce_within
+        self._announcing: dict[str, asyncio.Future[None]] = {}
         self._epochs: dict[str, int] = {}
         self._purge_markers: dict[str, str | None] = {}
         self._urls: dict[str, str] = {}
@@ -60,7 +75,7 @@ class Invalidator:
         globs = [r for r in removals if isinstance(r, str)]
         if EVERY_ENTRY in globs:
             keys = self.cache.keys_for(server, everything=True)
-            dropped = self._drop(server, keys, cause)
+            dropped = self._drop(server, keys, cause, Announcement(server, everything=True))
             logger.info(
                 "a declared write dropped the server's entries",
                 extra={"server": server, "entries": dropped},
@@ -70,28 +85,70 @@ class Invalidator:
         keys = self.cache.keys_for(server, tools=globs)
         if matched:
             keys.extend(_matching_keys(self.cache, server, matched))
-        return self._drop(server, keys, cause)
+        told = Announcement(server, tuple(globs) + tuple(r.tool for r in matched))
+        return self._drop(server, keys, cause, told)
 
     def notice(self, server: str, notice: Notice) -> int:
         """Act on an upstream notification passing through."""
         if notice.kind == "resource":
-            keys = self.cache.keys_for(server, uri=notice.uri)
+            told = Announcement(server, uri=notice.uri)
         elif notice.kind == "resources":
-            keys = self.cache.keys_for(server, resources=True, listings=RESOURCE_LISTS)
+            told = Announcement(server, resources=True, listings=RESOURCE_LISTS)
         elif notice.kind == "prompts":
-            keys = self.cache.keys_for(server, listings=PROMPT_LISTS)
+            told = Announcement(server, listings=PROMPT_LISTS)
         else:
             self.hints.forget(server)
-            keys = self.cache.keys_for(server, tools=("*",), listings=TOOL_LISTS)
-        return self._drop(server, keys, "notification")
+            told = Announcement(server, tools=("*",), listings=TOOL_LISTS)
+        return self._drop(server, self._selected(told), "notification", told)
 
     def purge(self, server: str, tool: str | None = None, uri: str | None = None) -> int:
         """Drop a server's entries: all of them, or a tool glob's and/or a resource's."""
         if tool is None and uri is None:
-            keys = self.cache.keys_for(server, everything=True)
+            told = Announcement(server, everything=True)
         else:
-            keys = self.cache.keys_for(server, tools=(tool,) if tool else (), uri=uri)
-        return self._drop(server, keys, "purge")
+            told = Announcement(server, tools=(tool,) if tool else (), uri=uri)
+        return self._drop(server, self._selected(told), "purge", told)
+
+    def apply(self, told: Announcement) -> int:
+        """Drop what another replica of the app announced it removed: the same selection
+        among this replica's own entries, and of the exact keys only those filed under
+        the server named (nothing is announced back). A server this replica does not
+        know is ignored: a message cannot make it keep state for names it never saw."""
+        if told.server not in self._urls and not self.cache.scopes(told.server):
+            return 0
+        keys = self._selected(told)
+        for key in told.keys:
+            entry = self.cache.get(key)
+            if entry is not None and entry.scope is not None and entry.scope.server == told.server:
+                keys.append(key)
+        return self._drop(told.server, keys, "replica", None)
+
+    def resync(self) -> int:
+        """Drop every entry in memory, of every server (removals announced meanwhile may
+        have been missed); no answer in flight is stored after it."""
+        servers = set(self.cache.servers()) | set(self._epochs) | set(self._urls)
+        for server in servers:
+            self._epochs[server] = self._epochs.get(server, 0) + 1
+            self.metrics.invalidations.labels(server, "resync").inc()
+        return self.cache.purge(list(self.cache.keys()))
+
+    async def announced(self, server: str) -> None:
+        """Wait, at most `announce_within`, until the last removal of `server` made here
+        has been announced to the other replicas (a write's answer and a purge's are
+        given after it, so that a read through another replica meets the removal)."""
+        pending = self._announcing.get(server)
+        if pending is not None and not pending.done():
+            await asyncio.wait((pending,), timeout=self.announce_within)
+
+    def _selected(self, told: Announcement) -> list[str]:
+        return self.cache.keys_for(
+            told.server,
+            tools=told.tools,
+            uri=told.uri,
+            resources=told.resources,
+            listings=told.listings,
+            everything=told.everything,
+        )
 
     def follow_config(self, config: SidecarConfig) -> list[str]:
         """Purge each server whose purge marker changed since the last config seen; a
@@ -103,8 +160,8 @@ class Invalidator:
                 # Another server now: its tools unknown, and the listings of the old one
                 # gone (a listing answered from the cache would teach it again).
                 self.hints.forget(server.name)
-                listed = self.cache.keys_for(server.name, listings=("tools/list",))
-                self._drop(server.name, listed, "purge")
+                told = Announcement(server.name, listings=TOOL_LISTS)
+                self._drop(server.name, self._selected(told), "purge", told)
             self._urls[server.name] = server.url
             known = server.name in self._purge_markers
             previous = self._purge_markers.get(server.name)
@@ -118,11 +175,15 @@ class Invalidator:
                 purged.append(server.name)
         return purged
 
-    def _drop(self, server: str, keys: list[str], cause: Cause) -> int:
+    def _drop(self, server: str, keys: list[str], cause: Cause, told: Announcement | None) -> int:
+        """Remove `keys` of `server`; `told`: what to announce (None: nothing, the
+        removal came from another replica)."""
         self._epochs[server] = self._epochs.get(server, 0) + 1
         self.metrics.invalidations.labels(server, cause).inc()
-        if self.on_drop is not None:
-            self.on_drop(server)
+        if self.on_drop is not None and told is not None:
+            pending = self.on_drop(server, told)
+            if pending is not None:
+                self._announcing[server] = pending
         return self.cache.purge(keys)
 
 

@@ -52,6 +52,8 @@ class Following:
         self._unread = message is not None and message.method is None
         self.capture: ResponseCapture | None = None
         self.follows = False
+        self.wrote = False
+        """Whether the answer was judged to leave open that it wrote (entries dropped)."""
         # A body the sidecar could not read may still be a write: its answer is followed,
         # and unless it is a JSON-RPC error to no id (the upstream could not parse it
         # either), it ends without a final answer to the sidecar: so it may have written.
@@ -72,6 +74,7 @@ class Following:
                 and answers.write_happened(verdict, self._status)
             ):
                 self._invalidator.tools(server.name, plan.invalidates, "write")
+                self.wrote = True
             self._done = True
         elif plan.learner is not None:
             assert self.capture is not None  # follows only with a capture
@@ -142,6 +145,8 @@ async def pass_through(
     except UpstreamFailure as exc:
         raise failure_error(server, exc, outbound.request_id) from exc
     if relay.done:
+        if following.wrote:  # the other replicas are told before the caller is answered
+            await invalidator.announced(server.name)
         return ForwardedResponse(response.status, headers, status, prefix)
     following.judged(Verdict("too_large"), False)  # cannot tell how it ended: assume it wrote
     return StreamedResponse(response.status, headers, status, relay.stream(prefix))

@@ -120,12 +120,22 @@ class Proxy:
             entry = self.cache.get_fresh(plan.named_key)
         if entry is None and plan.public_key and verified:  # trustPublicHints
             entry = self.cache.get_fresh(plan.public_key)
+        doubted, epoch = None, self.invalidator.epoch(server.name)
+        if entry is not None and self.tier is not None and not self.tier.listening:
+            # Removals by other replicas may have been missed: Redis answers instead
+            # where it can (tiers.broadcast).
+            doubted, entry = entry, None
+            if plan.session and self.tier.out_of_reach:
+                entry = doubted
         if entry is not None:
             return answer_hit(self, incoming, server, message, plan, method, config, entry)
         generation = None
         if self.tier is not None and not plan.session:
             # Answers given inside a legacy session end with it: they stay in memory.
             entry, generation = await self._tier_lookup(self.tier, config.app_id, server, plan)
+            unreached = generation is None and self.invalidator.epoch(server.name) == epoch
+            if doubted is not None and entry is None and unreached:  # Redis out of reach
+                return answer_hit(self, incoming, server, message, plan, method, config, doubted)
             if unverified:  # looked up for its generation, to write its answer under
                 entry = None
             if entry is None and plan.public_key and verified:

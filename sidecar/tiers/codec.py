@@ -16,7 +16,8 @@ reads both from one node in one round trip (a pipeline that never crosses shards
 failover moves them together. Different apps and servers spread over the shards; one
 app's one server does not (see the shared-tier guide, "Sizing"). On one Redis the
 braces are only characters. The namespace comes first, outside the tag, so that one ACL
-pattern per namespace (`~mcpcache:<namespace>:*`) confines it.
+pattern per namespace (`~mcpcache:<namespace>:*`) confines it. An app's removals are
+announced on `mcpcache:<namespace>:@removals:{<app id>}` (`&mcpcache:<namespace>:*`).
 """
 
 from __future__ import annotations
@@ -134,6 +135,13 @@ class KeyLayout:
         prefixes and never under one (`@` is always quoted in an app id), so that no
         purge pattern removes it."""
         return f"{self._prefix}@generation:{{{quote(app_id, safe='')}:{server}}}"
+
+    def channel(self, app_id: str) -> str:
+        """The channel on which one app's replicas announce removals (`broadcast`): in
+        the namespace's prefix, so that the namespace's ACL pattern for channels confines
+        it too, with the app id as a cluster hash tag (one shard carries an app's
+        messages, which sharded pub/sub needs)."""
+        return f"{self._prefix}@removals:{{{quote(app_id, safe='')}}}"
 
     def server_pattern(self, app_id: str, server: str) -> str:
         """A SCAN pattern matching every entry of one app's server, and nothing else."""

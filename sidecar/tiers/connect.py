@@ -21,6 +21,7 @@ from typing import Any, Final, Literal, cast
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import SSLConnection, parse_url
 from redis.asyncio.retry import Retry
@@ -185,6 +186,34 @@ class RedisClient:
             )
             next_cursor = cursors[target.name]
         return int(next_cursor), [n for n in names if isinstance(n, bytes)]
+
+    async def publish(self, channel: str, message: bytes) -> None:
+        """Announce `message` on `channel`: on a cluster with sharded pub/sub (SPUBLISH,
+        which only the channel's shard carries, rather than every node of the bus)."""
+        if self.cluster is not None:
+            await self.cluster.spublish(channel, message)
+        else:
+            await self._redis.publish(channel, message)
+
+    async def subscribe(self, channel: str) -> PubSub:
+        """A subscription to `channel` on a connection of its own (SSUBSCRIBE to the
+        channel's primary on a cluster; the current primary under Sentinel). The caller
+        waits for the confirmation, and closes it on any failure: no redis-py retry
+        subscribes again behind its back, so that every gap is seen (`broadcast`)."""
+        if self.cluster is None:
+            pubsub = self._redis.pubsub()
+            await pubsub.subscribe(channel)
+            return pubsub
+        await self.cluster.initialize()
+        node = self.cluster.get_node_from_key(channel)
+        if node is None:
+            raise RedisConnectionError(f"no primary serves {channel}")
+        pool = aioredis.ConnectionPool(
+            connection_class=node.connection_class, max_connections=1, **node.connection_kwargs
+        )
+        pubsub = aioredis.Redis.from_pool(pool).pubsub()
+        await pubsub.ssubscribe(channel)
+        return pubsub
 
     async def ping(self) -> None:
         """A first connection (and TLS handshake) before the first lookup needs one; with

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -37,7 +38,10 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 from ..config import SharedCache
 from ..metrics import SharedMetrics
+from .announcement import Announcement
+from .announcement import encode as encode_announcement
 from .breaker import FAILED, POOL_FULL, SKIPPED, Breaker, Failed, State
+from .broadcast import Broadcast
 from .codec import OVERHEAD, KeyLayout, TierEntry, decode, encode
 from .removals import Removals
 
@@ -88,7 +92,62 @@ class RedisTier:
         self._pending: set[asyncio.Future[object]] = set()
         self._forgetting: set[asyncio.Future[None]] = set()
         self.keys = KeyLayout(settings.namespace)
-        self.removals = Removals(self._run, self._client, self.keys, settings.retry_after)
+        self.removals = Removals(
+            self._run, self._client, self.keys, settings.retry_after, self._announce
+        )
+        self.sender = secrets.token_hex(8)
+        """This replica's id in the removals it announces."""
+        self.broadcast: Broadcast | None = None
+        """The app's channel, once `listen` runs."""
+
+    @property
+    def listening(self) -> bool:
+        """Whether every removal another replica announces reaches this one now, and has
+        since memory was last dropped (`broadcast`): else memory is not to be trusted
+        where Redis can answer instead."""
+        return self.broadcast is not None and self.broadcast.listening
+
+    @property
+    def out_of_reach(self) -> bool:
+        """Redis is being skipped after failures (the breaker is open)."""
+        return self._breaker.state == "open"
+
+    async def listen(
+        self,
+        app_id: str,
+        on_message: Callable[[Announcement], object],
+        on_gap: Callable[[], object],
+    ) -> None:
+        """Hear the removals the app's other replicas announce, until cancelled."""
+        self.broadcast = Broadcast(
+            self._client,
+            self.keys.channel(app_id),
+            app_id,
+            self.sender,
+            self.metrics,
+            self.settings.retry_after,
+            self.settings.timeout,
+        )
+        await self.broadcast.listen(on_message, on_gap)
+
+    async def _announce(self, app_id: str, announcement: Announcement) -> None:
+        """Tell the app's other replicas of a removal, once, bounded by the timeout (see
+        `broadcast` for what a lost message costs). Not through the breaker: a Redis
+        whose ACL lacks the channel refuses every message, and that must not take the
+        tier's lookups away."""
+        message = encode_announcement(app_id, self.sender, announcement)
+        channel = self.keys.channel(app_id)
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.settings.timeout):
+                await self._client.publish(channel, message)
+        except Exception as exc:
+            self.metrics.errors.labels("publish", self._kind(exc)).inc()
+            self.metrics.messages.labels("failed").inc()
+            logger.debug("removal not announced", extra={"error": type(exc).__name__})
+        else:
+            self.metrics.messages.labels("sent").inc()
+        self.metrics.duration.labels("publish").observe(time.perf_counter() - started)
 
     # Operations
 
@@ -157,7 +216,8 @@ class RedisTier:
         return 0 if isinstance(removed, Failed) else removed
 
     def forget(self, app_id: str, server: str, key: str) -> None:
-        """Remove one entry known out of date, best effort: now, and again once a write
+        """Remove one entry known out of date, best effort, and announce it to the other
+        replicas (their memory copies go too): now, and again once a write
         of it already on its way (bounded by the timeout) has landed. One lost to Redis
         trouble, or overtaken by a later write of the old answer, stays until its TTL,
         as any entry may; at most `MAX_PENDING_WRITES` removals run at a time, apart
@@ -169,6 +229,7 @@ class RedisTier:
 
     async def _forget(self, app_id: str, server: str, key: str) -> None:
         await self.delete(app_id, server, [key])
+        await self._announce(app_id, Announcement(server, keys=(key,)))
         await asyncio.sleep(2 * self.settings.timeout)
         await self.delete(app_id, server, [key])
 
@@ -176,10 +237,14 @@ class RedisTier:
         """Remove every entry of one server for one app, for every caller (a purge)."""
         return await self.removals.delete_server(app_id, server)
 
-    def forget_server(self, app_id: str, server: str) -> None:
+    def forget_server(
+        self, app_id: str, server: str, announcement: Announcement
+    ) -> asyncio.Future[None]:
         """Remove one server's entries for one app in the background (an invalidation
-        or a purge on this replica reaches every replica's shared entries this way)."""
-        self.removals.forget_server(app_id, server)
+        or a purge on this replica reaches every replica's shared entries this way), and
+        announce `announcement` to the other replicas once the tier is fenced; done when
+        it has been announced, or given up."""
+        return self.removals.forget_server(app_id, server, announcement)
 
     async def clear(self, app_id: str) -> int:
         """Remove every entry of one app (its servers' generations stay as they are: a

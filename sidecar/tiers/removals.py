@@ -11,6 +11,10 @@ removal is owed until its new generation is in Redis: until then (Redis slow, pa
 gone, the breaker open) the server's entries are neither read from the tier nor written
 to it, and the new generation is tried again every `retry_after`, so that a purge during
 an incident is never lost.
+
+Once the new generation is in Redis, and not before (a replica told earlier could copy
+the old entry back from the tier), the removal is announced to the other replicas
+(`broadcast`); removals that came while one was owed are announced together.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from .announcement import Announcement
 from .breaker import Failed
 from .codec import GENERATION_LENGTH, KeyLayout
 
@@ -42,14 +47,22 @@ class Removals:
     """The removals of one tier, and those still owed."""
 
     def __init__(
-        self, run: Runner, client: RedisClient, keys: KeyLayout, retry_after: float
+        self,
+        run: Runner,
+        client: RedisClient,
+        keys: KeyLayout,
+        retry_after: float,
+        announce: Callable[[str, Announcement], Awaitable[None]],
     ) -> None:
         self._run = run
         self._client = client
         self._keys = keys
         self._retry_after = retry_after
+        self._announce = announce
         self._owed: dict[tuple[str, str], asyncio.Future[None]] = {}
         """Removals whose new generation is not in Redis yet, by app and server."""
+        self._untold: dict[tuple[str, str], tuple[Announcement, asyncio.Future[None]]] = {}
+        """What the owed removals will announce, and when that is done."""
 
     def owed(self, app_id: str, server: str) -> bool:
         return (app_id, server) in self._owed
@@ -63,19 +76,27 @@ class Removals:
         await self._run("set", partial(self._client.set, name, generation))
         return await self.delete_matching(self._keys.server_pattern(app_id, server))
 
-    def forget_server(self, app_id: str, server: str) -> None:
-        """Remove one server's entries for one app in the background. Owed at once: the
+    def forget_server(
+        self, app_id: str, server: str, announcement: Announcement
+    ) -> asyncio.Future[None]:
+        """Remove one server's entries for one app in the background, and announce
+        `announcement`; done when it has been announced (or given up). Owed at once: the
         server's entries are not read from the tier again until the new generation is in
         Redis, however long that takes."""
-        owed = self._owed.get((app_id, server))
-        if owed is not None and not owed.done():
-            return  # the generation still to be set comes after this removal too
-        task = asyncio.ensure_future(self._settle(app_id, server))
-        self._owed[(app_id, server)] = task
+        place = (app_id, server)
+        untold = self._untold.get(place)
+        if untold is not None:  # the generation still to be set comes after this one too
+            self._untold[place] = (untold[0].merged(announcement), untold[1])
+            return untold[1]
+        told: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._untold[place] = (announcement, told)
+        self._owed[place] = asyncio.ensure_future(self._settle(app_id, server))
+        return told
 
     async def _settle(self, app_id: str, server: str) -> None:
         """Set the server's new generation, trying every `retry_after` until Redis takes
-        it (whatever the breaker says), then free the old entries' memory."""
+        it (whatever the breaker says), announce the removals, then free the old entries'
+        memory."""
         name = self._keys.generation(app_id, server)
         try:
             while True:
@@ -88,6 +109,11 @@ class Removals:
                 await asyncio.sleep(self._retry_after)
         finally:
             self._owed.pop((app_id, server), None)
+            announcement, told = self._untold.pop((app_id, server))
+        try:
+            await self._announce(app_id, announcement)
+        finally:
+            told.set_result(None)
         await self.delete_matching(self._keys.server_pattern(app_id, server))
 
     async def delete_matching(self, pattern: str) -> int:
@@ -117,6 +143,8 @@ class Removals:
     async def aclose(self) -> None:
         """Give up the removals still owed (nothing reads this replica's tier any more)."""
         owed = list(self._owed.values())
+        for _, told in self._untold.values():
+            told.set_result(None)  # given up: nobody waits on it any more
         for removal in owed:
             removal.cancel()
         await asyncio.gather(*owed, return_exceptions=True)

@@ -44,7 +44,9 @@ class Setup:
             "s", {"tools": [{"name": "t", "annotations": {"readOnlyHint": True}}]}, "someone"
         )
         self.dropped: list[str] = []
-        self.invalidator = Invalidator(self.cache, self.metrics, self.hints, self.dropped.append)
+        self.invalidator = Invalidator(
+            self.cache, self.metrics, self.hints, lambda server, told: self.dropped.append(server)
+        )
 
     def left(self) -> set[str]:
         return set(self.cache)

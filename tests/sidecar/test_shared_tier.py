@@ -269,6 +269,12 @@ async def test_answers_keep_coming_while_redis_hangs_or_is_gone_then_it_is_used_
         assert time.monotonic() < deadline, "the breaker never closed again"
         probes += 1
         await answered_without_redis(f"probe-{probes}")
+    # Subscribed again, the sidecar drops its memory (removals may have been missed)
+    # and with it every answer still in flight: wait for that before the next miss.
+    await async_wait_until(
+        lambda: sidecar.sample("mcpcache_shared_removals_listening") == 1,
+        what="the removals to be heard again",
+    )
     status, _, _ = await call(sidecar, "echo", {"text": "after"})
     assert status == "mcpcache; fwd=miss; stored"
     await async_wait_until(lambda: keys(redis, app_id), what="a write after recovery")
@@ -282,7 +288,7 @@ async def test_a_namespace_confined_by_acl_uses_its_prefix_and_no_other(
     # The shared-tier guide's ACL pattern for namespace `agents`.
     redis.client().execute_command(
         "ACL SETUSER mcpcache-agents on >agents-password resetkeys ~mcpcache:agents:* "
-        "resetchannels -@all +get +set +unlink +scan +ping"
+        "resetchannels &mcpcache:agents:* -@all +get +set +unlink +scan +ping +publish +subscribe"
     )
     monkeypatch.setenv("MCPCACHE_SHARED_CACHE_PASSWORD", "agents-password")
     url = f"redis://mcpcache-agents@127.0.0.1:{redis.port}/0"
@@ -294,6 +300,7 @@ async def test_a_namespace_confined_by_acl_uses_its_prefix_and_no_other(
     status, _, _ = await call(second, "echo", {"text": "acl"})
     assert status == SHARED_HIT
     assert keys(redis, app_id, "agents")
+    assert first.sample("mcpcache_shared_removals_listening") == 1  # the channel allowed
 
     trespasser = make_sidecar(shared_config(app, url, app_id, namespace="tools"))
     status, _, _ = await call(trespasser, "echo", {"text": "acl"})

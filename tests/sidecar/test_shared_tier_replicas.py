@@ -1,0 +1,249 @@
+"""Replicas agree: a removal through one sidecar (a write, a purge, a list-changed notice,
+a recheck that found a changed answer) reaches the memory of every other sidecar of the
+app on one Redis, Sentinel or Cluster; a sidecar that may have missed one while it was not
+listening does not answer from memory what Redis can answer instead, and drops its memory
+when it hears again."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from peers.clients import http_client, unique
+from peers.rediscluster import RedisCluster
+from peers.redissentinel import MASTER, RedisSentinel
+from peers.redisserver import RedisServer
+from peers.serving import async_wait_until
+from peers.sharedtier import SHARED_HIT, call, shared_config, stored_in_redis, text_of
+from peers.sidecar import RunningSidecar
+
+pytestmark = pytest.mark.redis
+
+HIT = "mcpcache; hit"
+WRITER_RULES = [{"name": "update_doc", "enabled": False, "invalidates": ["get_doc"]}]
+
+
+@pytest.fixture(params=["one", "cluster", "sentinel"])
+def location(request: pytest.FixtureRequest) -> str | dict[str, Any]:
+    """Where the shared tier is: one Redis, a cluster or a sentinel-managed primary."""
+    if request.param == "one":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        return server.url
+    if request.param == "cluster":
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        return {"cluster": {"nodes": cluster.urls[:2]}}
+    sentinel: RedisSentinel = request.getfixturevalue("redis_sentinel")
+    return {"sentinel": {"nodes": sentinel.urls, "master": MASTER}}
+
+
+def listening(*sidecars: RunningSidecar) -> Any:
+    return async_wait_until(
+        lambda: all(s.sample("mcpcache_shared_removals_listening") == 1 for s in sidecars),
+        10,
+        "the replicas to listen for removals",
+    )
+
+
+def received(sidecar: RunningSidecar, count: float = 1) -> Any:
+    return async_wait_until(
+        lambda: (
+            sidecar.sample("mcpcache_shared_removal_messages_total", result="received") >= count
+        ),
+        10,
+        "the removal to be announced",
+    )
+
+
+async def in_both_memories(
+    first: RunningSidecar, second: RunningSidecar, tool: str, arguments: dict[str, Any]
+) -> str:
+    """Read `tool` through `first` (a miss, stored in Redis), then twice through
+    `second` (copied from Redis into its memory, then a memory hit); its text."""
+    await listening(first, second)
+    status, _, answer = await call(first, tool, arguments)
+    assert status.startswith("mcpcache; fwd=miss"), status
+    await stored_in_redis(first)
+    assert (await call(second, tool, arguments))[0] == SHARED_HIT
+    assert (await call(second, tool, arguments))[0] == HIT
+    return text_of(answer)
+
+
+async def purge(sidecar: RunningSidecar) -> None:
+    async with http_client(timeout=10) as http:
+        done = await http.post(f"http://127.0.0.1:{sidecar.port}/admin/purge", json={"server": "s"})
+    assert done.status_code == 200
+
+
+async def test_a_write_through_one_replica_removes_the_entry_from_anothers_memory(
+    make_sidecar, json_upstream, location
+) -> None:
+    peer, app = json_upstream
+    document = shared_config(app, location)
+    document["servers"][0]["cache"]["tools"] = WRITER_RULES
+    first, second = make_sidecar(document), make_sidecar(document)
+    name = unique()
+    await in_both_memories(first, second, "get_doc", {"name": name})
+    calls = peer.calls["get_doc"]
+
+    await call(first, "update_doc", {"name": name, "text": "rewritten"})
+    await received(second)
+    status, _, answer = await call(second, "get_doc", {"name": name})
+    assert status.startswith("mcpcache; fwd=miss")
+    assert text_of(answer).startswith("rewritten for anonymous")
+    assert peer.calls["get_doc"] == calls + 1
+    assert first.sample("mcpcache_shared_removal_messages_total", result="sent") >= 1
+    assert second.sample("mcpcache_invalidations_total", server="s", cause="replica") >= 1
+
+
+async def test_a_purge_through_one_replica_removes_the_entry_from_anothers_memory(
+    make_sidecar, json_upstream, location
+) -> None:
+    peer, app = json_upstream
+    document = shared_config(app, location)
+    first, second = make_sidecar(document), make_sidecar(document)
+    arguments = {"text": unique()}
+    await in_both_memories(first, second, "echo", arguments)
+    calls = peer.calls["echo"]
+
+    await purge(first)
+    await received(second)
+    assert (await call(second, "echo", arguments))[0].startswith("mcpcache; fwd=miss")
+    assert peer.calls["echo"] == calls + 1
+
+
+async def test_a_list_changed_notice_through_one_replica_reaches_anothers_memory(
+    make_sidecar, upstream, location
+) -> None:
+    peer, app = upstream
+    document = shared_config(app, location)
+    first, second = make_sidecar(document), make_sidecar(document)
+    arguments = {"text": unique()}
+    await in_both_memories(first, second, "echo", arguments)
+    calls = peer.calls["echo"]
+
+    await call(first, "announce", {"kind": "tools", "uri": unique()})  # tools list changed
+    await received(second)
+    assert (await call(second, "echo", arguments))[0].startswith("mcpcache; fwd=miss")
+    assert peer.calls["echo"] == calls + 1
+
+
+async def test_a_recheck_that_finds_a_change_reaches_the_other_replicas_memory(
+    make_sidecar, own_upstream, location
+) -> None:
+    _, app = own_upstream
+    plain = shared_config(app, location)
+    plain["servers"][0]["cache"]["ttl"] = "60s"
+    checking = json.loads(json.dumps(plain))
+    checking["servers"][0]["cache"]["revalidateSample"] = 1
+    first, checker = make_sidecar(plain), make_sidecar(checking)
+    arguments = {"text": unique()}
+    await listening(first, checker)
+    old = text_of((await call(first, "echo", arguments))[2])  # "<text> #1"
+    await stored_in_redis(first)
+    assert (await call(first, "echo", arguments))[0] == HIT  # in the first one's memory
+    assert (await call(checker, "echo", arguments))[0] == SHARED_HIT
+    assert (await call(checker, "echo", arguments))[0] == HIT  # rechecked: "#2" differs
+
+    await received(first)
+    status, _, answer = await call(first, "echo", arguments)
+    assert status.startswith("mcpcache; fwd=miss")
+    assert text_of(answer) != old
+    assert checker.sample("mcpcache_revalidations_total", server="s", result="changed") == 1
+
+
+async def test_a_replica_that_could_not_listen_while_a_write_happened_never_serves_the_old_entry(
+    make_sidecar, json_upstream, own_redis_server
+) -> None:
+    _, app = json_upstream
+    redis = own_redis_server
+    document = shared_config(app, redis.url, retryAfter="300ms")
+    document["servers"][0]["cache"]["tools"] = WRITER_RULES
+    first, second = make_sidecar(document), make_sidecar(document)
+    name = unique()
+    await in_both_memories(first, second, "get_doc", {"name": name})
+    resyncs = second.sample("mcpcache_shared_removal_resyncs_total")
+
+    with redis.client() as admin:
+        # The subscriptions are cut and cannot be made again: every message is lost.
+        admin.execute_command("ACL SETUSER default resetchannels")
+        admin.execute_command("CLIENT KILL TYPE pubsub")
+        await async_wait_until(
+            lambda: second.sample("mcpcache_shared_removals_listening") == 0,
+            10,
+            "the subscription to be lost",
+        )
+        await call(first, "update_doc", {"name": name, "text": "while deaf"})
+        assert first.sample("mcpcache_shared_removal_messages_total", result="failed") >= 1
+        status, _, answer = await call(second, "get_doc", {"name": name})
+        assert status.startswith("mcpcache; fwd=miss"), "Redis answered for the old copy"
+        assert text_of(answer).startswith("while deaf for anonymous")
+
+        admin.execute_command("ACL SETUSER default allchannels")
+    await listening(second)
+    assert second.sample("mcpcache_shared_removal_resyncs_total") > resyncs
+    assert second.sample("mcpcache_shared_removal_messages_total", result="received") == 0
+
+
+async def test_a_replica_deaf_while_redis_restarted_drops_what_it_held_when_it_hears_again(
+    make_sidecar, json_upstream, own_redis_server
+) -> None:
+    _, app = json_upstream
+    redis = own_redis_server
+    document = shared_config(app, redis.url, retryAfter="300ms")
+    document["servers"][0]["cache"]["tools"] = WRITER_RULES
+    first, second = make_sidecar(document), make_sidecar(document)
+    name = unique()
+    await in_both_memories(first, second, "get_doc", {"name": name})
+
+    redis.kill()
+    # Redis out of reach: nothing can be fenced or announced; memory still answers.
+    await call(first, "update_doc", {"name": name, "text": "during the restart"})
+    redis.start()  # empty: the old entry, its generation and every subscription gone
+    await async_wait_until(
+        lambda: second.sample("mcpcache_shared_removal_resyncs_total") >= 2,
+        10,
+        "the second replica to subscribe again",
+    )
+    await listening(second)
+    status, _, answer = await call(second, "get_doc", {"name": name})
+    assert status.startswith("mcpcache; fwd=miss")
+    assert text_of(answer).startswith("during the restart for anonymous")
+
+
+async def test_a_forged_message_removes_nothing_of_another_app_and_nothing_unknown(
+    make_sidecar, json_upstream, redis_server
+) -> None:
+    _, app = json_upstream
+    document = shared_config(app, redis_server.url)
+    victim = make_sidecar(document)
+    arguments = {"text": unique()}
+    await listening(victim)
+    await call(victim, "echo", arguments)
+    assert (await call(victim, "echo", arguments))[0] == HIT
+    shared = victim.sidecar.shared
+    assert shared is not None
+    own_channel = shared.keys.channel(document["appId"])
+    other_channel = shared.keys.channel("another-app")
+    everything = {
+        "v": 1, "from": "x", "server": "s", "tools": [], "uri": None, "resources": False,
+        "listings": [], "everything": True, "keys": [],
+    }  # fmt: skip
+    with redis_server.client() as attacker:
+        # Another app's channel, another app's id on this app's channel, and junk.
+        attacker.publish(other_channel, json.dumps(everything | {"app": "another-app"}))
+        attacker.publish(own_channel, json.dumps(everything | {"app": "another-app"}))
+        attacker.publish(own_channel, b"\xff" * 20000)
+        attacker.publish(own_channel, json.dumps(everything | {"app": document["appId"]})[:-1])
+        unknown = everything | {"app": document["appId"], "server": "not-a-server"}
+        attacker.publish(own_channel, json.dumps(unknown))
+    await async_wait_until(
+        lambda: (
+            victim.sample("mcpcache_shared_removal_messages_total", result="dropped") == 3
+            and victim.sample("mcpcache_shared_removal_messages_total", result="received") == 1
+        ),
+        10,
+        "the messages to arrive",
+    )
+    assert (await call(victim, "echo", arguments))[0] == HIT

@@ -80,6 +80,7 @@ class BoundedExport(SpanProcessor):
         self._max_batch = max_batch
         self._delay = delay
         self._queue: deque[ReadableSpan] = deque()
+        self._exporting = 0
         self._wake = threading.Event()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="mcpcache-spans", daemon=True)
@@ -107,13 +108,21 @@ class BoundedExport(SpanProcessor):
         queue = self._queue
         while queue and not self._stopping:
             batch = [queue.popleft() for _ in range(min(self._max_batch, len(queue)))]
+            self._exporting = len(batch)
             try:
                 result = self._exporter.export(batch)
             except Exception:  # an exporter bug must not end the thread
                 logger.exception("span export raised")
                 result = SpanExportResult.FAILURE
+            finally:
+                self._exporting = 0
             if result is not SpanExportResult.SUCCESS:
                 self._dropped_failed.inc(len(batch))
+
+    @property
+    def queued(self) -> int:
+        """Spans waiting for their export (and the batch being exported)."""
+        return len(self._queue) + self._exporting
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         self._wake.set()

@@ -5,7 +5,9 @@ its Go modules, tests/otelcol) that writes what it received to a file read back 
 
 from __future__ import annotations
 
+import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -54,6 +56,8 @@ def collector(otelcol_bin: Path) -> Iterator[Collector]:
     running = Collector(otelcol_bin).start()
     yield running
     running.stop()
+    if out := os.environ.get("MCPCACHE_SPANS_OUT"):  # for docs/operations/trace_waterfall.py
+        shutil.copyfile(running.spans_path, out)
 
 
 @pytest.fixture(scope="module")

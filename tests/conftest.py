@@ -33,6 +33,7 @@ MARKERS = (
     "prometheus: uses the suite's Prometheus",
     "redis: uses a real redis-server",
     "typescript: uses the TypeScript SDK peer",
+    "otelcol: uses the suite's OpenTelemetry Collector",
     "slow: waits a second or more by design: for a TTL, an age in whole seconds, the "
     "config reload (polled each second), a timeout, a run of fixed length or a fresh install",
 )
@@ -272,6 +273,7 @@ PEER_MARKERS = {
     "redis_sentinel": "redis",
     "own_redis_sentinel": "redis",
     "ts_server": "typescript",
+    "otelcol_bin": "otelcol",
     "uncached_plane": "controlplane",
     "image_venv": "slow",
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: sets up the Python environment, finds or installs redis-server,
 # installs (or reuses) the TypeScript SDK peer, builds (or reuses) the test control plane,
-# Prometheus, and the node and images of tests/cluster, then pytest. Extra arguments go
-# to pytest.
+# Prometheus, the OpenTelemetry Collector, and the node and images of tests/cluster, then
+# pytest. Extra arguments go to pytest.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../.ci/env.sh"
 cd "$MCPCACHE_ROOT"
@@ -17,6 +17,8 @@ if command -v go >/dev/null 2>&1; then
   export MCPCACHE_CONTROLPLANE_BIN
   MCPCACHE_PROMETHEUS_BIN=$(bash tests/prometheus/build.sh | tail -n 1)
   export MCPCACHE_PROMETHEUS_BIN
+  MCPCACHE_OTELCOL_BIN=$(bash tests/otelcol/build.sh | tail -n 1)
+  export MCPCACHE_OTELCOL_BIN
   # The real node of tests/cluster (root only): its Debian packages, its Go binaries and
   # the images built from the Dockerfile. MCPCACHE_CLUSTER=0 leaves it out.
   if [ "${MCPCACHE_CLUSTER:-1}" = 1 ] && [ "$(id -u)" = 0 ]; then

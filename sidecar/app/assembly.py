@@ -10,8 +10,10 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import socket
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import uvicorn
 from fastapi import FastAPI
@@ -35,6 +37,9 @@ from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamClient
 from .admin import Admin
 from .reload import ConfigSource
+
+if TYPE_CHECKING:
+    from .tracing import Tracer
 
 logger = logging.getLogger("mcpcache.sidecar")
 
@@ -91,6 +96,13 @@ class Sidecar:
             origin_policy,
             self.proxy.storage.observations,
         )
+        self.tracer: Tracer | None = None
+        if current.tracing.active(os.environ):
+            # Imported here, and only here: a sidecar that does not trace never loads
+            # the OpenTelemetry SDK (benchmarks/tracing.py measures what it would cost).
+            from .tracing import Tracer
+
+            self.tracer = Tracer(current.tracing, os.environ, self.metrics.registry)
         self.ready = False
         self._servers: list[uvicorn.Server] = []
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -110,7 +122,7 @@ class Sidecar:
             server.should_exit = True
 
     def proxy_app(self) -> ProxyApp:
-        return ProxyApp(self.proxy, self.admin)
+        return ProxyApp(self.proxy, self.admin, self.tracer)
 
     def metrics_app(self) -> FastAPI:
         app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
@@ -175,6 +187,8 @@ class Sidecar:
             await self.client.aclose()
             if self.shared is not None:
                 await self.shared.aclose()
+            if self.tracer is not None:
+                await asyncio.to_thread(self.tracer.shutdown)
 
     async def _follow(self, source: ConfigSource) -> None:
         while True:
@@ -212,9 +226,11 @@ class ProxyApp:
     microseconds of work, and per-request framework layers would cost more than that.
     """
 
-    def __init__(self, proxy: Proxy, admin: Admin) -> None:
+    def __init__(self, proxy: Proxy, admin: Admin, tracer: Tracer | None = None) -> None:
         self.proxy = proxy
         self.admin = admin
+        self.tracer = tracer
+        """Set when tracing is on: each MCP request is then answered inside its span."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # no lifespan: the listeners run with lifespan="off"
@@ -234,6 +250,9 @@ class ProxyApp:
                 f"method {scope['method']} is not allowed; use POST, GET or DELETE",
                 headers={"allow": "POST, GET, DELETE"},
             ).to_response()
+        elif self.tracer is not None:
+            await self.tracer.serve(scope, receive, send, self.proxy, name)
+            return
         else:
             response = await self.proxy.handle(Incoming(scope, receive), name)
         await response(scope, receive, send)

@@ -33,6 +33,7 @@ from .servers import (
     Server,
 )
 from .shared import SharedCache, shared_from_environment
+from .tracing import Tracing
 
 APP_ID_ENV = "MCPCACHE_APP_ID"
 LISTEN_PORT_ENV = "MCPCACHE_LISTEN_PORT"
@@ -76,6 +77,8 @@ class SidecarConfig(Model):
     """Connections or requests in flight a listener takes before answering 503."""
     allowed_hosts: tuple[str, ...] = ()
     """Extra `Host` values the listener accepts besides loopback names (DNS-rebinding guard)."""
+    tracing: Tracing = Tracing()
+    """Off unless set or the `OTEL_*` variables say so (see `config.tracing`)."""
     servers: tuple[Server, ...]
 
     @model_validator(mode="after")

@@ -78,7 +78,7 @@ def _too_large(limit: int) -> ProxyError:
 class Incoming:
     """One request as the proxy needs it: the ASGI scope's parts, decoded once."""
 
-    __slots__ = ("header_bytes", "headers", "method", "query", "raw_headers", "receive")
+    __slots__ = ("header_bytes", "headers", "method", "query", "raw_headers", "read", "receive")
 
     def __init__(self, scope: Scope, receive: Receive) -> None:
         self.method: str = scope["method"]
@@ -88,6 +88,8 @@ class Incoming:
         self.query = query.decode("latin-1")
         """The query string exactly as sent (without `?`): it goes upstream, and into
         the key."""
+        self.read: Message | None = None
+        """Its message once read (for its span, when it is traced)."""
 
     async def read_body(self, limit: int) -> bytes:
         """The whole body; 413 past `limit` bytes, declared or received. (A body that
@@ -134,4 +136,5 @@ class Incoming:
             raise ProxyError(400, HEADER_MISMATCH, mismatch, request_id=message.id)
         if message.doubt is None and not accepts_both(headers.get("accept") or "*/*"):
             message.doubt = "accept"  # a hit's answer may be a stream it cannot take
+        self.read = message
         return message

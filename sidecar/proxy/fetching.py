@@ -17,6 +17,7 @@ from ..cache.credentials import AcceptedCredentials
 from ..cache.observations import Observations, answer_digest, scope_label
 from ..cache.store import ResponseCache
 from ..config import Server
+from ..edge import spans
 from ..edge.forwarded import BrokenBody
 from ..edge.incoming import Incoming
 from ..metrics import Metrics
@@ -205,6 +206,8 @@ class Fetch:
         # their share, so it is not built.
         flight = self._flight
         assert capture is not None
+        if (trace := spans.current.get()) is not None:
+            trace.judged(verdict.reason, flight.followers)
         if flight.followers:
             public = request.lookup.scope.public
             flight.settle(_outcome(self._status, capture, verdict, public, self.result))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..config import Server
+from ..edge import spans
 from ..edge.errors import UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE, ProxyError
 from ..metrics import Metrics
 from ..rules.capture import ResponseCapture
@@ -98,6 +99,8 @@ class Exchange:
         self.outbound = outbound
         self.call = Call(server.name, outbound.label, outbound.request_id, time.perf_counter())
         self.ticket: Ticket | None = None
+        self._span_end: spans.UpstreamEnd | None = None
+        self._status: int | None = None
         if outbound.ticketed:
             ticket_id = ANY_ID if outbound.unknown_ids else outbound.request_id
             self.ticket = exchanges.sessions.ticket(server, outbound.session, ticket_id)
@@ -111,11 +114,14 @@ class Exchange:
     async def open(self) -> UpstreamResponse:
         """Send the request; raises `UpstreamFailure` when the upstream does not answer."""
         exchanges, outbound, server = self._exchanges, self.outbound, self.server
+        headers = outbound.headers
+        if (trace := spans.current.get()) is not None:
+            headers, self._span_end = trace.upstream(server.url, outbound.label, headers)
         try:
             response = await exchanges.client.open(
                 outbound.method,
                 server.url,
-                outbound.headers,
+                headers,
                 outbound.body,
                 server.timeout,
                 outbound.idle,
@@ -126,8 +132,10 @@ class Exchange:
             exchanges.sessions.end(self.ticket, answered=False)
             if isinstance(exc, UpstreamFailure):
                 self._failed(exc)
+            self._end_span(type(exc).__name__)
             raise
         exchanges.sessions.answered(server, outbound.session, outbound.method, response.status)
+        self._status = response.status
         return response
 
     def relay(self, response: UpstreamResponse, observer: Observer) -> Relay:
@@ -147,6 +155,12 @@ class Exchange:
 
     def _done(self, answered: bool) -> None:
         self._exchanges.sessions.end(self.ticket, answered)
+        self._end_span(None if answered else "broken")
+
+    def _end_span(self, error: str | None) -> None:
+        if self._span_end is not None:
+            self._span_end(self._status, error)
+            self._span_end = None
 
     def _failed(self, exc: UpstreamFailure) -> None:
         call = self.call

@@ -95,6 +95,21 @@ PANELS: tuple[Panel, ...] = (
         description="Hits over hits and misses, across the sidecars of a namespace.",
     ),
     panel(
+        "Upstream calls and time saved",
+        "short",
+        (
+            rate("mcpcache_upstream_calls_saved_total", by="namespace, server"),
+            "calls/s {{server}} {{namespace}}",
+        ),
+        (
+            rate("mcpcache_upstream_seconds_saved_total", by="namespace, server"),
+            "upstream s/s {{server}} {{namespace}}",
+        ),
+        description="Upstream calls the cache answered in place of (hits, and calls that "
+        "waited for an identical one), and the upstream time those calls took when they "
+        "were made: seconds of upstream work saved per second.",
+    ),
+    panel(
         "Requests by outcome",
         "reqps",
         (rate("mcpcache_requests_total", by="outcome"), "{{outcome}}"),

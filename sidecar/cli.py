@@ -111,6 +111,17 @@ def _size(value: int) -> str:
     return str(value)
 
 
+def _seconds(value: float) -> str:
+    """Seconds as a person reads them: `850ms`, `12.4s`, `3h25m`."""
+    if value < 1:
+        return f"{value * 1000:.0f}ms"
+    if value < 60:
+        return f"{value:.1f}s"
+    minutes, seconds = divmod(int(value), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
+
+
 def _stats(args: argparse.Namespace) -> int:
     stats = _admin_call(args, "/admin/stats")
     if args.output == "json":
@@ -119,22 +130,26 @@ def _stats(args: argparse.Namespace) -> int:
     print(
         f"{stats['entries']} of {stats['maxEntries']} entries, "
         f"{_size(stats['bytes'])} of {_size(stats['maxBytes'])}; "
-        f"{stats['hits']} hits, {stats['misses']} misses since start"
+        f"{stats['hits']} hits, {stats['misses']} misses since start; "
+        f"{stats['upstreamCallsSaved']} upstream calls saved "
+        f"({_seconds(stats['upstreamSecondsSaved'])} of upstream time)"
     )
-    rows = [["SERVER", "TOOL", "ENTRIES", "BYTES", "HITS", "MISSES"]]
+    rows = [["SERVER", "TOOL", "ENTRIES", "BYTES", "HITS", "MISSES", "SAVED", "SAVED-TIME"]]
     for name, server in stats["servers"].items():
         rows.append(
             [name, "*", str(server["entries"]), _size(server["bytes"]),
-             str(server["hits"]), str(server["misses"])]
+             str(server["hits"]), str(server["misses"]), str(server["upstreamCallsSaved"]),
+             _seconds(server["upstreamSecondsSaved"])]
         )  # fmt: skip
         for tool, counts in server["tools"].items():
-            rows.append(["", tool, str(counts["entries"]), _size(counts["bytes"]), "", ""])
+            rows.append(["", tool, str(counts["entries"]), _size(counts["bytes"]), *[""] * 4])
         for label, group in (("(resources)", "resources"), ("(lists)", "lists")):
             counts = server.get(group) or {"entries": 0}
             if counts["entries"]:
-                rows.append(["", label, str(counts["entries"]), _size(counts["bytes"]), "", ""])
+                size = _size(counts["bytes"])
+                rows.append(["", label, str(counts["entries"]), size, *[""] * 4])
     print()
-    print(_table(rows, right={2, 3, 4, 5}))
+    print(_table(rows, right={2, 3, 4, 5, 6, 7}))
     return 0
 
 

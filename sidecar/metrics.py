@@ -99,6 +99,20 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.upstream_calls_saved = Counter(
+            "mcpcache_upstream_calls_saved",
+            "Upstream calls the cache answered in place of: hits (from memory or the "
+            "shared tier) and identical requests that waited for another's call.",
+            ["server"],
+            registry=self.registry,
+        )
+        self.upstream_seconds_saved = Counter(
+            "mcpcache_upstream_seconds_saved",
+            "Upstream time those calls would have taken: for each, the time the upstream "
+            "took for the call whose answer stood in (from forwarding it to its answer).",
+            ["server"],
+            registry=self.registry,
+        )
         self.upstream_errors = Counter(
             "mcpcache_upstream_errors",
             "Upstream calls that failed without an HTTP response, by kind.",
@@ -151,6 +165,7 @@ class Metrics:
             self.config_reloads.labels(result)
         self._request_children: dict[tuple[str, str, str], Any] = {}
         self._latency_children: dict[tuple[str, str], Any] = {}
+        self._saved_children: dict[str, tuple[Any, Any]] = {}
         self._keyed_header_names: set[str] = set()
         self._keyed_header_candidates: cachetools.LRUCache[str, int] = cachetools.LRUCache(
             KEYED_HEADER_CANDIDATES
@@ -168,6 +183,29 @@ class Metrics:
         """Count one request never looked up, as a request and by its reason."""
         self.count(server, method, "bypass")
         self.bypasses.labels(server, reason).inc()
+
+    def saved(self, server: str, seconds: float) -> None:
+        """One upstream call answered in its place, and the upstream time it took when
+        it was made (the labelled children are looked up once per server)."""
+        children = self._saved_children.get(server)
+        if children is None:
+            children = self._saved_children[server] = (
+                self.upstream_calls_saved.labels(server),
+                self.upstream_seconds_saved.labels(server),
+            )
+        children[0].inc()
+        children[1].inc(seconds)
+
+    def saved_by_server(self) -> dict[str, tuple[float, float]]:
+        """Calls and upstream seconds saved per server since start."""
+        totals: dict[str, list[float]] = {}
+        for index, counter in enumerate((self.upstream_calls_saved, self.upstream_seconds_saved)):
+            for family in counter.collect():
+                for sample in family.samples:
+                    if sample.name.endswith("_total"):
+                        server = totals.setdefault(sample.labels["server"], [0.0, 0.0])
+                        server[index] += sample.value
+        return {name: (calls, seconds) for name, (calls, seconds) in totals.items()}
 
     def observe_upstream(self, server: str, method: str, seconds: float) -> None:
         """One upstream call's duration; the labelled child is looked up once per pair."""

@@ -120,10 +120,12 @@ class Admin:
         return _json({"server": server, **scope, "purged": removed})
 
     def stats(self) -> dict[str, Any]:
-        """Live entries and bytes per server and tool, requests per outcome since start.
+        """Live entries and bytes per server and tool, requests per outcome and the
+        upstream calls and time the cache saved since start.
         Reading them changes nothing (expired entries are counted apart, not dropped)."""
         now = self.cache.timer()
         outcomes = self.metrics.outcomes()
+        saved = self.metrics.saved_by_server()
         names = sorted({s.name for s in self._config().servers} | set(self.cache.servers()))
         servers: dict[str, Any] = {}
         for name in names:
@@ -144,11 +146,14 @@ class Admin:
                 slot["entries"] += len(live)
                 slot["bytes"] += sum(live)
             counted = outcomes.get(name, {})
+            calls_saved, seconds_saved = saved.get(name, (0.0, 0.0))
             servers[name] = {
                 "entries": sum(t["entries"] for t in (*tools.values(), resources, lists)),
                 "bytes": sum(t["bytes"] for t in (*tools.values(), resources, lists)),
                 "hits": int(counted.get("hit", 0)),
                 "misses": int(counted.get("miss", 0)),
+                "upstreamCallsSaved": int(calls_saved),
+                "upstreamSecondsSaved": round(seconds_saved, 3),
                 "tools": dict(sorted(tools.items())),
                 "revalidations": self.observations.revalidations(name),
                 "resources": resources,
@@ -164,6 +169,10 @@ class Admin:
             "maxBytes": self.cache.max_bytes,
             "hits": sum(s["hits"] for s in servers.values()),
             "misses": sum(s["misses"] for s in servers.values()),
+            "upstreamCallsSaved": sum(s["upstreamCallsSaved"] for s in servers.values()),
+            "upstreamSecondsSaved": round(
+                sum(s["upstreamSecondsSaved"] for s in servers.values()), 3
+            ),
             "servers": servers,
         }
 

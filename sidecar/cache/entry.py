@@ -163,6 +163,8 @@ class Entry:
     """When it was stored, as RFC 3339 (wall clock)."""
     note: bool = False
     """A hit's first text item says how old it is (the server's `ageNote`)."""
+    fetch_seconds: float = 0.0
+    """How long the upstream took for the call that fetched it: what each hit saves."""
 
     _hit: _HitParts | None = field(init=False, default=None, repr=False, compare=False)
 

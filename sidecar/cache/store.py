@@ -122,14 +122,16 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         scope: Scope | None = None,
         layout: Layout | None = None,
         age_note: bool | None = None,
+        fetch_seconds: float = 0.0,
     ) -> Entry | None:
         """Store a result for `ttl` seconds, kept `keep_stale` seconds longer for stale
         answers; None when it can never fit the budget (see `make_entry` for the rest)."""
         if ttl <= 0 or len(result) > self.maxsize:
             return None
         entry = self.make_entry(
-            result, event_stream, ttl, session, keep_stale, ttl_at, age, scope, layout, age_note
-        )
+            result, event_stream, ttl, session, keep_stale, ttl_at, age, scope, layout, age_note,
+            fetch_seconds,
+        )  # fmt: skip
         self._put(key, entry)
         return self.get(key)
 
@@ -145,13 +147,15 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         scope: Scope | None = None,
         layout: Layout | None = None,
         age_note: bool | None = None,
+        fetch_seconds: float = 0.0,
     ) -> Entry:
         """The entry `store` would keep, without keeping it (one too large to keep is
         answered as a kept one would be). `age`: how old the result already is (a copy
         from the shared tier), so that a hit's `Age` counts from the upstream's answer.
         `layout`: where a hit writes into `result` (`entry.encode`); without one, the
         bytes are laid out here (once per tier copy, never per hit). `age_note`: a hit's
-        first text item says how old it is (None: as `age_notes` says for the server)."""
+        first text item says how old it is (None: as `age_notes` says for the server).
+        `fetch_seconds`: how long the upstream took for it."""
         if layout is None:
             result, layout = lay_out(result)
         if layout is not None:
@@ -164,7 +168,7 @@ class ResponseCache(cachetools.Cache[str, Entry]):
             age_note = scope is not None and self.age_notes(scope.server)
         return Entry(
             result, event_stream, stored_at, now + ttl, session, keep_stale, ttl_at, seq, scope,
-            layout, stamp, age_note,
+            layout, stamp, age_note, fetch_seconds,
         )  # fmt: skip
 
     def __setitem__(self, key: str, entry: Entry) -> None:

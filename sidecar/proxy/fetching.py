@@ -9,6 +9,7 @@ headers and body: whoever else waits for the answer, the credentials are this re
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import orjson
@@ -156,6 +157,12 @@ class Fetch:
         except BrokenBody:
             flight.break_off()
 
+    @property
+    def upstream_seconds(self) -> float:
+        """How long the upstream has taken so far, from forwarding the request."""
+        assert self._exchange is not None
+        return time.perf_counter() - self._exchange.call.started
+
     def judged(self, verdict: Verdict, event_stream: bool) -> Verdict:
         """The answer is judged: store it if it may be, settle the followers' answer."""
         request, storage, server = self._request, self._storage, self._request.server
@@ -210,7 +217,8 @@ class Fetch:
             trace.judged(verdict.reason, flight.followers)
         if flight.followers:
             public = request.lookup.scope.public
-            flight.settle(_outcome(self._status, capture, verdict, public, self.result))
+            took = self.upstream_seconds
+            flight.settle(_outcome(self._status, capture, verdict, public, self.result, took))
         else:
             flight.settle(ALONE)
         return verdict
@@ -222,6 +230,7 @@ class Fetch:
         request, storage = self._request, self._storage
         server, lookup = request.server, request.lookup
         sessions = self._exchanges.sessions
+        took = self.upstream_seconds
         if verdict.reason is None and lookup.session and sessions.ended(lookup.session):
             verdict = Verdict("invalidated")  # its session ended while it was upstream
         if verdict.reason is None:
@@ -237,6 +246,7 @@ class Fetch:
                 scope=filed.scope,
                 layout=verdict.layout,
                 age_note=server.cache.age_note,
+                fetch_seconds=took,
             )
             if stored is None:
                 verdict = Verdict("over_budget")
@@ -250,6 +260,7 @@ class Fetch:
                     ttl,
                     server.cache.effective_max_size,
                     request.generation,
+                    took,
                 )
         if verdict.reason is not None:
             storage.metrics.not_stored.labels(server.name, verdict.reason).inc()
@@ -262,9 +273,11 @@ def _outcome(
     verdict: Verdict,
     public: bool = False,
     result: bytes | None = None,
+    fetch_seconds: float = 0.0,
 ) -> Outcome:
     """The followers' answer, from the leader's answer as judged so far (`result`: the
-    result as it leaves, when the sidecar rewrote it)."""
+    result as it leaves, when the sidecar rewrote it; `fetch_seconds`: how long the
+    upstream took for it)."""
     kept = capture.final is not None
     share = answers.follower_share(status, verdict, capture.final_seen, kept, public)
     if share == "failed":
@@ -277,4 +290,7 @@ def _outcome(
     final = capture.final
     member = RESULT if "result" in final else ERROR
     payload = result or orjson.dumps(final["result"] if "result" in final else final["error"])
-    return Outcome("answer", member, payload, capture.event_stream, verdict.reason)
+    event_stream = capture.event_stream
+    return Outcome(
+        "answer", member, payload, event_stream, verdict.reason, fetch_seconds=fetch_seconds
+    )

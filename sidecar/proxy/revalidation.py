@@ -115,6 +115,7 @@ def answer_hit(
     listing the policy learns from, and, for the server's `revalidateSample` of hits,
     checked in the background unless its key is already being fetched."""
     proxy.metrics.count(server.name, method, "hit")
+    proxy.metrics.saved(server.name, entry.fetch_seconds)
     # A listing of the caller's own teaches a caller the policy has no record of (pushed
     # out of it, or answered from the tier) as their miss did; never one for everyone
     # (fetched for another caller, whose defaults it may hold). The server's listings go

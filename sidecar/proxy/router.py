@@ -143,6 +143,7 @@ class Proxy:
                 entry = (await self._tier_lookup(self.tier, config.app_id, server, public))[0]
             if entry is not None:
                 self.metrics.count(server.name, method, "hit")
+                self.metrics.saved(server.name, entry.fetch_seconds)
                 return HitResponse.of(entry, message.id, self.cache.timer(), from_tier=True)
         extra = policy.extra_keyed_headers(server, plan.keyed)
         if extra:
@@ -176,11 +177,13 @@ class Proxy:
         age = max(0.0, tier.clock() - value.stored_at)
         copy = (value.result, value.event_stream, remaining)
         keep, ttl_at, scope = server.cache.keep_stale, value.ttl_at, plan.scope
+        took = value.fetch_seconds
         entry = self.cache.store(
-            plan.key, *copy, keep_stale=keep, ttl_at=ttl_at, age=age, scope=scope
+            plan.key, *copy, keep_stale=keep, ttl_at=ttl_at, age=age, scope=scope,
+            fetch_seconds=took,
         ) or self.cache.make_entry(  # larger than the whole memory budget: served, not kept
-            *copy, keep_stale=keep, ttl_at=ttl_at, age=age, scope=scope
-        )
+            *copy, keep_stale=keep, ttl_at=ttl_at, age=age, scope=scope, fetch_seconds=took
+        )  # fmt: skip
         return entry, found.generation
 
     def _route(self, incoming: Incoming, config: SidecarConfig, server_name: str) -> Server:
@@ -282,6 +285,7 @@ class Proxy:
         elsewhere = flight.session != request.session
         if outcome.kind == "answer" and not (elsewhere and outcome.reason is not None):
             self.metrics.count(server.name, method, "collapsed")
+            self.metrics.saved(server.name, outcome.fetch_seconds)
             detail = cache_status.detail(outcome.reason) if outcome.reason else None
             status = cache_status.forwarded("miss", detail, collapsed=True)
             return HitResponse.collapsed(

@@ -1,13 +1,13 @@
 """What the shared tier stores and where: the framed value and the key layout. Pure.
 
 A value is a version marker, an echo of the key and generation, a flag, the result's
-wall-clock timestamps and length, then the result bytes (the JSON-RPC `result` value,
-never headers, tokens or the caller's id). A value read back is verified before it is
-served — the marker, the key echo, the length, and that the result is one JSON object
-exactly as the memory tier encodes it — because it crossed a network and a store other
-programs can write to: a value filed under the wrong key (by a bug, by hand, or by a
-client that mixed up replies to cancelled commands, as redis-py once did) must never be
-served.
+wall-clock timestamps and length, the upstream time its fetch took, then the result
+bytes (the JSON-RPC `result` value, never headers, tokens or the caller's id). A value
+read back is verified before it is served — the marker, the key echo, the length, and
+that the result is one JSON object exactly as the memory tier encodes it — because it
+crossed a network and a store other programs can write to: a value filed under the wrong
+key (by a bug, by hand, or by a client that mixed up replies to cancelled commands, as
+redis-py once did) must never be served.
 
 Keys are `mcpcache:<namespace>:{<app id>:<server>}:<key>`, and a server's generation is
 `mcpcache:<namespace>:@generation:{<app id>:<server>}`. The braces are a Redis Cluster
@@ -31,14 +31,17 @@ import orjson
 
 from ..rules.messages import encode_result
 
-MAGIC: Final = b"mcpcache/2\n"
-"""The framing and version marker every stored value starts with."""
-_HEAD: Final = struct.Struct("!BddI")  # flags, stored_at, expires_at, result length
+MAGIC: Final = b"mcpcache/3\n"
+"""The framing and version marker every stored value starts with (a value of another
+version, written by another release of the sidecar, is a miss)."""
+_HEAD: Final = struct.Struct("!BddIf")  # flags, stored_at, expires_at, length, fetch seconds
 _EVENT_STREAM: Final = 1
 KEY_LENGTH: Final = 64
 """A cache key is a hex sha256."""
 GENERATION_LENGTH: Final = 16
 """A generation is 16 hex digits, or empty before the server's first removal."""
+_MAX_FETCH_SECONDS: Final = 86400.0
+"""A fetch time past this (a day) is not believed: counted as none."""
 OVERHEAD: Final = len(MAGIC) + KEY_LENGTH + 2 + GENERATION_LENGTH + _HEAD.size
 """The most a stored value adds to its result."""
 
@@ -53,6 +56,8 @@ class TierEntry:
     expires_at: float
     ttl_at: int = 0
     """Where the result's `ttlMs` value starts (see `messages.encode_result`), 0: none."""
+    fetch_seconds: float = 0.0
+    """How long the upstream took for the call that fetched it."""
 
 
 def _echo(key: str, generation: bytes) -> bytes:
@@ -66,9 +71,10 @@ def encode(
     stored_at: float,
     expires_at: float,
     generation: bytes = b"",
+    fetch_seconds: float = 0.0,
 ) -> bytes:
     flags = _EVENT_STREAM if event_stream else 0
-    head = _HEAD.pack(flags, stored_at, expires_at, len(result))
+    head = _HEAD.pack(flags, stored_at, expires_at, len(result), fetch_seconds)
     return b"".join((MAGIC, _echo(key, generation), head, result))
 
 
@@ -83,10 +89,12 @@ def decode(value: bytes, key: str, generation: bytes = b"") -> TierEntry | None:
         return None
     if value[start:head_at] != echo:
         return None
-    flags, stored_at, expires_at, length = _HEAD.unpack_from(value, head_at)
+    flags, stored_at, expires_at, length, fetch_seconds = _HEAD.unpack_from(value, head_at)
     result = value[body_at:]
     if flags & ~_EVENT_STREAM or length != len(result) or not stored_at <= expires_at:
         return None
+    if not 0.0 <= fetch_seconds <= _MAX_FETCH_SECONDS:  # NaN too: it is only counted
+        fetch_seconds = 0.0
     # Framed into responses as it is, so it must be exactly what this tier writes: one
     # JSON object in the encoding the memory tier stores (no raw line break that could
     # end an event-stream frame early, `ttlMs` last where a hit restates it).
@@ -104,7 +112,9 @@ def decode(value: bytes, key: str, generation: bytes = b"") -> TierEntry | None:
         return None
     if canonical != result:
         return None
-    return TierEntry(result, bool(flags & _EVENT_STREAM), stored_at, expires_at, ttl_at)
+    return TierEntry(
+        result, bool(flags & _EVENT_STREAM), stored_at, expires_at, ttl_at, fetch_seconds
+    )
 
 
 def glob_escape(text: str) -> str:

@@ -196,14 +196,15 @@ class RedisTier:
         ttl: float,
         max_size: int,
         generation: bytes,
+        fetch_seconds: float = 0.0,
     ) -> None:
         """Store a result the memory tier has just stored, for its remaining `ttl`,
         without waiting for Redis, in the `generation` its lookup saw (the value is dead
-        if a removal came between)."""
+        if a removal came between); `fetch_seconds`: how long the upstream took for it."""
         if len(result) > max_size or ttl <= 0:
             return
         now = self.clock()
-        value = encode(key, result, event_stream, now, now + ttl, generation)
+        value = encode(key, result, event_stream, now, now + ttl, generation, fetch_seconds)
         if not self._spawn(partial(self._put, self.keys.entry(app_id, server, key), value, ttl)):
             self.metrics.stores.labels("dropped").inc()
 

@@ -68,6 +68,8 @@ class Outcome:
     """Why the shared answer was not stored, if it was not."""
     failure: UpstreamFailure | None = None
     upstream_status: int | None = None
+    fetch_seconds: float = 0.0
+    """How long the upstream took for the answer."""
 
 
 ALONE: Final = Outcome("alone")

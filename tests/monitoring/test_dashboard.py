@@ -53,6 +53,7 @@ def test_dashboard_has_the_panels_operators_look_for() -> None:
     titles = {panel["title"] for panel in committed()["panels"]}
     assert {
         "Hit ratio per server",
+        "Upstream calls and time saved",
         "Requests by outcome",
         "Not stored, by reason",
         "Cache entries against the budget",

@@ -31,6 +31,8 @@ NO_ENTRIES = {
     "bytes": 0,
     "hits": 0,
     "misses": 0,
+    "upstreamCallsSaved": 0,
+    "upstreamSecondsSaved": 0.0,
     "tools": {},
     "revalidations": {},
     "resources": {"entries": 0, "bytes": 0},
@@ -97,6 +99,8 @@ async def test_stats_count_live_entries_per_server_and_tool() -> None:
     sidecar.metrics.requests.labels("docs", "resources/read", "hit").inc()
     sidecar.metrics.requests.labels("docs", "tools/call", "miss").inc(2)
     sidecar.metrics.requests.labels("docs", "tools/call", "bypass").inc(7)
+    for seconds in (0.25, 0.25, 0.5, 0.5):  # the four hits' upstream time
+        sidecar.metrics.saved("docs", seconds)
     sidecar.clock.now += 1  # "gone" has expired: counted apart, not as a live entry
     status, headers, stats = await sidecar.call("GET", "/admin/stats")
     assert status == 200
@@ -110,12 +114,16 @@ async def test_stats_count_live_entries_per_server_and_tool() -> None:
         "maxBytes": 10_000,
         "hits": 4,
         "misses": 2,
+        "upstreamCallsSaved": 4,
+        "upstreamSecondsSaved": 1.5,
         "servers": {
             "docs": {
                 "entries": 5,
                 "bytes": stats["servers"]["docs"]["bytes"],
                 "hits": 4,
                 "misses": 2,
+                "upstreamCallsSaved": 4,
+                "upstreamSecondsSaved": 1.5,
                 "tools": {
                     "get": {"entries": 1, "bytes": sidecar.cache.get("g1").size},
                     "search": {

@@ -191,7 +191,9 @@ async def test_the_cli_shows_stats_and_purges(filled) -> None:
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].startswith("6 of 1024 entries")
-    assert lines[2].split() == ["SERVER", "TOOL", "ENTRIES", "BYTES", "HITS", "MISSES"]
+    assert "upstream calls saved" in lines[0]
+    header = ["SERVER", "TOOL", "ENTRIES", "BYTES", "HITS", "MISSES", "SAVED", "SAVED-TIME"]
+    assert lines[2].split() == header
     assert lines[3].split()[:3] == ["docs", "*", "4"]
     assert any(line.split()[:2] == ["(resources)", "2"] for line in lines)
 

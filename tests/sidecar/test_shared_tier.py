@@ -148,7 +148,9 @@ async def test_redis_holds_only_the_result_never_headers_or_tokens(
     entry = decode(value, key)
     assert entry is not None
     assert json.loads(entry.result) == answer["result"]
-    assert value == encode(key, entry.result, False, entry.stored_at, entry.expires_at)
+    assert entry.fetch_seconds > 0  # and the upstream time its fetch took
+    stamps = (entry.stored_at, entry.expires_at)
+    assert value == encode(key, entry.result, False, *stamps, b"", entry.fetch_seconds)
 
 
 async def test_nothing_goes_to_redis_that_memory_would_not_keep(

@@ -32,8 +32,19 @@ def test_a_value_reads_back_as_written_for_its_key_and_generation() -> None:
 
 def test_the_value_holds_the_result_and_nothing_of_the_request() -> None:
     value = encode(KEY, b'{"content":[]}', False, 1.0, 2.0, GENERATION)
-    head = struct.pack("!BddI", 0, 1.0, 2.0, len(b'{"content":[]}'))
+    head = struct.pack("!BddIf", 0, 1.0, 2.0, len(b'{"content":[]}'), 0.0)
     assert value == MAGIC + KEY.encode() + b":" + GENERATION + b"\n" + head + b'{"content":[]}'
+
+
+@pytest.mark.parametrize(
+    ("written", "read"), [(0.25, 0.25), (-1.0, 0.0), (float("nan"), 0.0), (1e9, 0.0)]
+)
+def test_the_fetch_time_travels_with_the_value_and_an_unbelievable_one_counts_as_none(
+    written: float, read: float
+) -> None:
+    entry = decode(encode(KEY, RESULT, False, 1.0, 2.0, GENERATION, written), KEY, GENERATION)
+    assert entry is not None
+    assert entry.fetch_seconds == read
 
 
 @pytest.mark.parametrize(
@@ -48,10 +59,10 @@ def test_a_value_of_another_key_or_generation_is_refused(key: str, generation: b
 def corrupted(how: str) -> bytes:
     value = encode(KEY, RESULT, False, 1.0, 2.0, GENERATION)
     head_at = len(MAGIC) + len(KEY) + 2 + len(GENERATION)
-    body_at = head_at + struct.calcsize("!BddI")
+    body_at = head_at + struct.calcsize("!BddIf")
     body = value[body_at:]
     if how == "magic":
-        return b"mcpcache/1\n" + value[len(MAGIC) :]
+        return b"mcpcache/2\n" + value[len(MAGIC) :]  # the previous release's
     if how == "short":
         return value[: body_at - 1]
     if how == "flags":
@@ -59,7 +70,7 @@ def corrupted(how: str) -> bytes:
     if how == "length":
         return value[:body_at] + body + b" "
     if how == "times":
-        return value[:head_at] + struct.pack("!BddI", 0, 3.0, 2.0, len(body)) + body
+        return value[:head_at] + struct.pack("!BddIf", 0, 3.0, 2.0, len(body), 0.0) + body
     raise AssertionError(how)
 
 

@@ -71,6 +71,9 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         self._expiry_heap: list[tuple[float, int, str]] = []
         self._seq = itertools.count()
         self._index: dict[str, dict[Scope, set[str]]] = {}
+        self._sessions: dict[str, set[str]] = {}
+        """The keys of the entries given inside each legacy session that keeps its own
+        (so that a session's end costs its own entries, not a scan of all)."""
 
     @property
     def max_bytes(self) -> int:
@@ -182,11 +185,16 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         if old is None:
             while len(self) >= self.max_entries:
                 self.popitem()
-        elif old.scope != entry.scope:
-            self._unindex(key, old.scope)
+        else:
+            if old.scope != entry.scope:
+                self._unindex(key, old.scope)
+            if old.session != entry.session:
+                self._unindex_session(key, old.session)
         cachetools.Cache.__setitem__(self, key, entry)
         if entry.scope is not None:
             self._index.setdefault(entry.scope.server, {}).setdefault(entry.scope, set()).add(key)
+        if entry.session:
+            self._sessions.setdefault(entry.session, set()).add(key)
         heapq.heappush(self._expiry_heap, (entry.expires_at, entry.seq, key))
         if len(self._expiry_heap) > 2 * len(self) + 64:
             self._compact_heap()
@@ -194,9 +202,17 @@ class ResponseCache(cachetools.Cache[str, Entry]):
     def __delitem__(self, key: str) -> None:
         """Remove without counting an eviction; the heap forgets it lazily (its `seq`
         no longer matches a live entry)."""
-        scope = self[key].scope
+        entry = self[key]
         cachetools.Cache.__delitem__(self, key)
-        self._unindex(key, scope)
+        self._unindex(key, entry.scope)
+        self._unindex_session(key, entry.session)
+
+    def _unindex_session(self, key: str, session: str) -> None:
+        keys = self._sessions.get(session) if session else None
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._sessions[session]
 
     def _unindex(self, key: str, scope: Scope | None) -> None:
         if scope is None:
@@ -269,9 +285,9 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         raise KeyError("cache is empty")
 
     def purge_session(self, session: str) -> int:
-        """Remove every entry given inside `session` (a scan: sessions end rarely, and
-        the hit path keeps no index for them)."""
-        return self.purge([key for key, entry in self.items() if entry.session == session])
+        """Remove every entry given inside `session` (its own, through the index: any
+        caller can make the upstream answer 404 to a made-up session)."""
+        return self.purge(list(self._sessions.get(session, ())))
 
     def expire(self) -> int:
         """Drop every expired entry past its stale window; returns how many were dropped."""

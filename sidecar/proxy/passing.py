@@ -13,6 +13,7 @@ from ..config import Server
 from ..edge.forwarded import ForwardedResponse, StreamedResponse
 from ..edge.incoming import Incoming
 from ..rules import answers, cache_status, policy
+from ..rules.callers import has_credential
 from ..rules.capture import ResponseCapture
 from ..rules.headers import forward_headers, response_headers
 from ..rules.hints import listing_ttl
@@ -116,6 +117,11 @@ async def pass_through(
         ticketed=message is not None and (message.is_request or unread),
         query=incoming.query,
         unknown_ids=unread,
+        credentialed=(
+            message is not None
+            and message.method == "initialize"
+            and has_credential(server, incoming.headers)
+        ),
     )
     exchange = exchanges.start(server, outbound)
     epoch = invalidator.epoch(server.name)

@@ -106,6 +106,7 @@ class Proxy:
             config.app_id,
             self.hints,
             incoming.query,
+            self.exchanges.sessions.bound(server, incoming.headers),
         )
         method = method_label(message.method)
         if isinstance(plan, policy.Bypass):

@@ -21,17 +21,19 @@ class RequestRefused(ValueError):
 
 
 def keyed_headers(
-    server: Server, headers: Mapping[str, str], hidden: frozenset[str] = frozenset()
+    server: Server,
+    headers: Mapping[str, str],
+    hidden: frozenset[str] = frozenset(),
+    bound_session: bool = False,
 ) -> frozenset[str]:
     """Every request header the key depends on: each one present that reaches the
     upstream (`hidden`: those a `Connection` header keeps from it), but for the few that
     cannot carry identity or change the answer and the server's `ignoreHeaders`; the
     identity headers and the version whether present or not; and the legacy session
-    where it is keyed (`session_keyed`)."""
+    where it is keyed (`session_keyed`; `bound_session`: see `upstream.sessions`)."""
     cache = server.cache
-    return _keyed(
-        cache.identity_headers, cache.ignore_headers, tuple(headers), hidden, cache.session_scoped
-    )
+    scoped = cache.session_scoped or bound_session
+    return _keyed(cache.identity_headers, cache.ignore_headers, tuple(headers), hidden, scoped)
 
 
 @functools.lru_cache(maxsize=512)
@@ -146,6 +148,11 @@ def credential_in(name: str, value: str | None) -> bool:
     return True
 
 
+def has_credential(server: Server, headers: Mapping[str, str]) -> bool:
+    """Whether any identity header of the request carries a credential."""
+    return any(credential_in(name, headers.get(name)) for name in server.cache.identity_headers)
+
+
 def credential_digest(server: Server, headers: Mapping[str, str]) -> str:
     """The caller's credentials (the identity headers that carry one) as one digest;
     "" for an anonymous caller."""
@@ -180,10 +187,15 @@ class Caller(NamedTuple):
 
 
 def caller_of(
-    server: Server, headers: Mapping[str, str], raw_headers: Sequence[tuple[str, str]]
+    server: Server,
+    headers: Mapping[str, str],
+    raw_headers: Sequence[tuple[str, str]],
+    bound_session: bool = False,
 ) -> Caller:
     """Who is asking. Raises `RequestRefused` when the headers the key depends on are
-    ambiguous: a credential sent twice, or hidden behind `Connection`."""
+    ambiguous: a credential sent twice, or hidden behind `Connection`.
+    `bound_session`: the request's legacy session is keyed as on a `sessionScoped`
+    server (a session the server may have bound a user to)."""
     hidden: frozenset[str] = frozenset()
     # Only a request with a repeated header or a `Connection` header can be ambiguous.
     if len(raw_headers) != len(headers) or "connection" in headers:
@@ -192,21 +204,25 @@ def caller_of(
         if problem is not None:
             raise RequestRefused(problem)
         hidden = frozenset(connection_named(raw_headers))
-    keyed = keyed_headers(server, headers, hidden)
+    keyed = keyed_headers(server, headers, hidden, bound_session)
     who = identity(headers, keyed, raw_headers)
     if SESSION_HEADER in headers and SESSION_HEADER not in keyed:
         # Which session is not key material, but being in one is: a request outside any
-        # session (which a session-era upstream refuses) never reads a session's entries.
-        who["session"] = "any"
+        # session (which a session-era upstream refuses) never reads a session's entries;
+        # nor does one naming a blank session (which it refuses too).
+        who["session"] = "any" if headers[SESSION_HEADER].strip() else "blank"
     return Caller(keyed, who)
 
 
 def unambiguous_caller(
-    server: Server, headers: Mapping[str, str], raw_headers: Sequence[tuple[str, str]]
+    server: Server,
+    headers: Mapping[str, str],
+    raw_headers: Sequence[tuple[str, str]],
+    bound_session: bool = False,
 ) -> Caller | None:
     """The caller, or None when the headers are ambiguous (then nothing is learned or
     filled in; a lookup is refused on its own)."""
     try:
-        return caller_of(server, headers, raw_headers)
+        return caller_of(server, headers, raw_headers, bound_session)
     except RequestRefused:
         return None

@@ -212,11 +212,14 @@ def plan(
     app_id: str,
     hints: ToolHints | None = None,
     query: str = "",
+    bound_session: bool = False,
 ) -> Bypass | Lookup:
     """Look this request up, and under which key, or forward it untouched (and what it
     removes once it answers, when it may write).
 
-    `query` is the request's query string: the upstream sees it, so the key holds it."""
+    `query` is the request's query string: the upstream sees it, so the key holds it.
+    `bound_session`: its legacy session is keyed, as on a `sessionScoped` server (one
+    opened with a credential this request does not carry: `upstream.sessions`)."""
     cache = server.cache
     reason = bypass_reason(server, message)
     if reason is not None and reason == message.doubt:
@@ -231,7 +234,7 @@ def plan(
             reason = tool_bypass(server, rule, tool, hints or ToolHints())
         defaults: Mapping[str, object] = {}
         if reason is None and cache.fill_schema_defaults and hints is not None:
-            caller = unambiguous_caller(server, headers, raw_headers)
+            caller = unambiguous_caller(server, headers, raw_headers, bound_session)
             if caller is not None:
                 defaults = hints.defaults(server.name, caller.digest, tool)
         if (
@@ -250,10 +253,12 @@ def plan(
     if reason is not None:
         # A declared writer no rule speaks for drops everything of its server.
         invalidates = (EVERY_ENTRY,) if reason == "declared_writer" else writes(rule, message)
-        listener = unambiguous_caller(server, headers, raw_headers) if learns else None
+        listener = (
+            unambiguous_caller(server, headers, raw_headers, bound_session) if learns else None
+        )
         return Bypass(reason, invalidates, listener.digest if listener is not None else None)
     try:
-        keyed, who = caller or caller_of(server, headers, raw_headers)
+        keyed, who = caller or caller_of(server, headers, raw_headers, bound_session)
     except RequestRefused:
         return Bypass("ambiguous_headers")
     method = message.method

@@ -23,6 +23,7 @@ from ..config import Server
 from ..edge import spans
 from ..edge.errors import UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE, ProxyError
 from ..metrics import Metrics
+from ..rules.callers import SESSION_HEADER
 from ..rules.capture import ResponseCapture
 from ..rules.messages import Verdict
 from ..rules.notices import Notice
@@ -70,6 +71,8 @@ class Outbound:
     """The client's query string, exactly as sent (without `?`)."""
     unknown_ids: bool = False
     """A ticketed body the sidecar could not read: it holds every id of its session."""
+    credentialed: bool = False
+    """An `initialize` that carries a credential (the session it opens is remembered)."""
 
 
 class Exchanges:
@@ -135,6 +138,10 @@ class Exchange:
             self._end_span(type(exc).__name__)
             raise
         exchanges.sessions.answered(server, outbound.session, outbound.method, response.status)
+        if outbound.credentialed and 200 <= response.status < 300:
+            opened = response.header_map.get(SESSION_HEADER)
+            if opened:
+                exchanges.sessions.opened(server, opened)
         self._status = response.status
         return response
 

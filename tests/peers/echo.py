@@ -6,7 +6,9 @@ arguments choose the answer's extra headers (`respond_headers`), its result shap
 (`result`, or `result_json` for JSON text put in as it is; `error` for a JSON-RPC error
 response instead), its HTTP status (`status`), a gate to wait on (`hold`) and, for
 `huge_event`, the size of a single event-stream event it streams.
-Every request's headers are recorded.
+Every request's headers are recorded. An `initialize` opens a legacy session bound to
+the `Authorization` it carried, as a server that authenticates only at `initialize`
+does: a call in that session is answered for that user (`bound_to`) whatever it sends.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class EchoUpstream:
         """Each request's headers, in order (lower-case names; repeats joined)."""
         self.gates: dict[str, threading.Event] = {}
         """An answer whose arguments name a gate (`hold`) waits until the test opens it."""
+        self.bound: dict[str, str | None] = {}
+        """The user each session `initialize` opened is bound to."""
 
     def gate(self, name: str) -> threading.Event:
         return self.gates.setdefault(name, threading.Event())
@@ -50,6 +54,9 @@ class EchoUpstream:
         headers = headers_of(scope)
         self.seen.append(headers)
         request = json.loads(body) if body else {}
+        if request.get("method") == "initialize":
+            await self._initialize(send, request.get("id"), headers.get("authorization"))
+            return
         arguments = request.get("params", {}).get("arguments", {})
         extra = [(k.encode(), v.encode()) for k, v in arguments.get("respond_headers", [])]
         if "hold" in arguments:
@@ -59,6 +66,7 @@ class EchoUpstream:
             await self._huge_event(send, request.get("id"), int(arguments["huge_event"]), lines)
             return
         who = {name: headers.get(name) for name in (*IDENTITY, "mcp-protocol-version")}
+        who["bound_to"] = self.bound.get(headers.get("mcp-session-id") or "")
         text = json.dumps({"who": who, "arguments": arguments, "call": self.calls})
         result = arguments.get("result") or {"content": [{"type": "text", "text": text}]}
         answer = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": result})
@@ -76,6 +84,23 @@ class EchoUpstream:
             }
         )
         await send({"type": "http.response.body", "body": answer.encode()})
+
+    async def _initialize(self, send: Any, request_id: Any, user: str | None) -> None:
+        session = f"bound-{len(self.bound)}"
+        self.bound[session] = user
+        result = {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {}}
+        answer = {"jsonrpc": "2.0", "id": request_id, "result": result}
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"mcp-session-id", session.encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
 
     async def _huge_event(self, send: Any, request_id: Any, size: int, in_lines: bool) -> None:
         """One event-stream event of `size` bytes, made and sent 64 KiB at a time: one

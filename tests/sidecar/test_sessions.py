@@ -184,3 +184,43 @@ async def test_a_follower_in_another_session_shares_only_an_answer_that_was_stor
         assert "collapsed" not in followed.headers["cache-status"]
         assert peer.calls == calls + 2
         assert peer.seen[-1]["mcp-session-id"] == "other"
+
+
+async def test_a_session_opened_with_a_credential_keeps_its_entries_when_its_calls_carry_none(
+    sidecar_on_echo, echo_upstream
+) -> None:
+    # A server that authenticates only at `initialize` binds the user to the session; its
+    # later calls carry the session alone. Two such users must never share an entry.
+    url, arguments = sidecar_on_echo.url("echo"), {"q": unique()}
+    opening = {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": "2025-11-25",
+    }
+    sessions = {}
+    for user in ("Bearer alice", "Bearer bob"):
+        body = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}
+        opened = await post(url, body, opening | {"authorization": user})
+        assert opened.status_code == 200
+        sessions[user] = opened.headers["mcp-session-id"]
+    for user, session in sessions.items():
+        answer = await post(url, call_body(1, "t", arguments), in_session(session))
+        assert answer.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+        assert who_answered(answer.json())["who"]["bound_to"] == user
+    again = await post(url, call_body(2, "t", arguments), in_session(sessions["Bearer alice"]))
+    assert again.headers["cache-status"] == "mcpcache; hit"
+    assert who_answered(again.json())["who"]["bound_to"] == "Bearer alice"
+    # A call that carries its credential is keyed by it, not by its session.
+    carried = in_session(sessions["Bearer bob"], authorization="Bearer bob")
+    answer = await post(url, call_body(3, "t", arguments), carried)
+    assert answer.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+
+
+async def test_a_blank_session_id_never_reads_a_sessions_entries(
+    sidecar_on_echo, echo_upstream
+) -> None:
+    url, arguments = sidecar_on_echo.url("echo"), {"q": unique()}
+    stored = await post(url, call_body(1, "t", arguments), in_session("s-" + unique()))
+    assert stored.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    blank = await post(url, call_body(2, "t", arguments), in_session(""))
+    assert blank.headers["cache-status"] != "mcpcache; hit"

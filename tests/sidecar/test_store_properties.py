@@ -15,6 +15,8 @@ SCOPES = st.sampled_from(
     [Scope("a", tool="t1"), Scope("a", tool="t2"), Scope("a", uri="u"), Scope("b", tool="t1")]
 )
 
+SESSIONS = st.sampled_from(["", "s1", "s2"])
+
 
 class CacheMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
@@ -25,23 +27,26 @@ class CacheMachine(RuleBasedStateMachine):
         self.expiry: dict[str, float] = {}
         """When each entry the cache should still hold expires (a model of the cache)."""
         self.server_of: dict[str, str] = {}
+        self.session_of: dict[str, str] = {}
 
     @rule(
         key=KEYS,
         size=st.integers(0, 1200),
         ttl=st.floats(0, 50, allow_nan=False),
         scope=SCOPES,
+        session=SESSIONS,
     )
-    def store(self, key: str, size: int, ttl: float, scope: Scope) -> None:
+    def store(self, key: str, size: int, ttl: float, scope: Scope, session: str) -> None:
         before = {k: e for k, e in self.cache.items()}
         value = bytes([len(self.last) % 256]) * size
-        stored = self.cache.store(key, value, False, ttl, scope=scope)
+        stored = self.cache.store(key, value, False, ttl, session, scope=scope)
         if stored is None:
             assert ttl <= 0 or size > 1000
             return
         self.last[key] = value
         self.expiry[key] = self.now + ttl
         self.server_of[key] = scope.server
+        self.session_of[key] = session
         survivors = {k: e for k, e in self.cache.items() if k != key}
         evicted = [e for k, e in before.items() if k not in survivors and k != key]
         for gone in [k for k in self.expiry if k != key and k not in survivors]:
@@ -92,6 +97,15 @@ class CacheMachine(RuleBasedStateMachine):
         self.cache.purge(self.cache.keys_for(server, everything=True))
         assert all(e.scope is None or e.scope.server != server for e in self.cache.values())
         for key in [k for k in self.expiry if self.server_of[k] == server]:
+            del self.expiry[key]
+
+    @rule(session=SESSIONS.filter(bool))
+    def end_session(self, session: str) -> None:
+        ended = {k for k in self.expiry if self.session_of[k] == session}
+        held = ended & set(self.cache)
+        assert self.cache.purge_session(session) == len(held)
+        assert set(self.cache) == set(self.expiry) - ended
+        for key in ended:
             del self.expiry[key]
 
     @invariant()

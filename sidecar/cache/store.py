@@ -289,25 +289,6 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         caller can make the upstream answer 404 to a made-up session)."""
         return self.purge(list(self._sessions.get(session, ())))
 
-    def expire(self) -> int:
-        """Drop every expired entry past its stale window; returns how many were dropped."""
-        now = self.timer()
-        dropped = 0
-        kept: list[tuple[float, int, str]] = []
-        while self._expiry_heap and self._expiry_heap[0][0] <= now:
-            item = heapq.heappop(self._expiry_heap)
-            entry = self.get(item[2])
-            if entry is None or entry.seq != item[1]:
-                continue
-            if entry.drop_at <= now:
-                self._remove(item[2], "expired")
-                dropped += 1
-            else:
-                kept.append(item)
-        for item in kept:
-            heapq.heappush(self._expiry_heap, item)
-        return dropped
-
     def _remove(self, key: str, reason: EvictionReason) -> None:
         del self[key]
         if self._on_evict is not None:

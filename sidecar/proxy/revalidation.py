@@ -19,25 +19,14 @@ any caller can make its own rechecks find changes.
 
 from __future__ import annotations
 
-import random
-from typing import TYPE_CHECKING
-
 import orjson
 
 from ..cache.entry import Entry
 from ..cache.observations import Revalidated, answer_digest, scope_label
-from ..config import Server, SidecarConfig
-from ..edge.hit import HitResponse
-from ..edge.incoming import Incoming
-from ..rules import policy
-from ..rules.hints import listing_ttl
-from ..rules.messages import Message, Verdict
+from ..rules.messages import Verdict
 from ..upstream.exchange import Exchanges
 from ..upstream.flights import Flight
 from .fetching import CacheableRequest, Fetch, Storage
-
-if TYPE_CHECKING:  # the router imports this module
-    from .router import Proxy
 
 
 class Recheck(Fetch):
@@ -99,39 +88,3 @@ def _digest_of(stored: bytes) -> bytes:
     except orjson.JSONDecodeError:
         return b""
     return answer_digest(parsed) if isinstance(parsed, dict) else b""
-
-
-def answer_hit(
-    proxy: Proxy,
-    incoming: Incoming,
-    server: Server,
-    message: Message,
-    plan: policy.Lookup,
-    method: str,
-    config: SidecarConfig,
-    entry: Entry,
-) -> HitResponse:
-    """A fresh entry from memory answers the request: counted, learned from if it is a
-    listing the policy learns from, and, for the server's `revalidateSample` of hits,
-    checked in the background unless its key is already being fetched."""
-    proxy.metrics.count(server.name, method, "hit")
-    proxy.metrics.saved(server.name, entry.fetch_seconds)
-    # A listing of the caller's own teaches a caller the policy has no record of (pushed
-    # out of it, or answered from the tier) as their miss did; never one for everyone
-    # (fetched for another caller, whose defaults it may hold). The server's listings go
-    # when its tools are forgotten, so none teaches another server's tools.
-    learner, public = plan.learner, entry.scope is not None and entry.scope.public
-    if learner is not None and not public and not proxy.hints.knows(server.name, learner):
-        result, cache = orjson.loads(entry.result), server.cache
-        left = entry.expires_at - proxy.cache.timer()
-        held = min(listing_ttl(result, cache.metadata_ttl, cache.ttl), left)
-        proxy.hints.learn(server.name, result, learner, held)
-    rate = server.cache.revalidate_sample
-    checkable = rate and random.random() < rate and not proxy.coalescer.running(plan.key)
-    if checkable:  # with the caller's own bytes, as a miss would go
-        request = CacheableRequest(
-            incoming, server, message, message.raw, plan, method, config.app_id
-        )
-        recheck = Recheck(proxy.exchanges, proxy.storage, request, proxy.via, entry)
-        proxy.coalescer.start(plan.key, recheck.run, leader=False, joinable=True, keep_going=True)
-    return HitResponse.of(entry, message.id, proxy.cache.timer())

@@ -43,9 +43,9 @@ from ..upstream.exchange import Exchanges, failure_error
 from ..upstream.flights import Coalescer, Flight
 from ..upstream.sessions import LegacySessions
 from .fetching import CacheableRequest, Fetch, Storage
+from .hits import Hits
 from .invalidation import Invalidator
 from .passing import pass_through
-from .revalidation import answer_hit
 
 logger = logging.getLogger("mcpcache.sidecar")
 
@@ -80,6 +80,9 @@ class Proxy:
         self.credentials = AcceptedCredentials(cache.timer)
         self.storage = Storage(cache, tier, invalidator, metrics, credentials=self.credentials)
         self.coalescer = Coalescer()
+        self.hits = Hits(
+            metrics, self.hints, self.coalescer, self.exchanges, self.storage, self.via
+        )
 
     async def aclose(self) -> None:
         """End every upstream fetch still running (at shutdown)."""
@@ -129,14 +132,15 @@ class Proxy:
             if plan.session and self.tier.out_of_reach:
                 entry = doubted
         if entry is not None:
-            return answer_hit(self, incoming, server, message, plan, method, config, entry)
+            return self.hits.answer(incoming, server, message, plan, method, config.app_id, entry)
         generation = None
         if self.tier is not None and not plan.session:
             # Answers given inside a legacy session end with it: they stay in memory.
             entry, generation = await self._tier_lookup(self.tier, config.app_id, server, plan)
             unreached = generation is None and self.invalidator.epoch(server.name) == epoch
             if doubted is not None and entry is None and unreached:  # Redis out of reach
-                return answer_hit(self, incoming, server, message, plan, method, config, doubted)
+                app_id = config.app_id
+                return self.hits.answer(incoming, server, message, plan, method, app_id, doubted)
             if unverified:  # looked up for its generation, to write its answer under
                 entry = None
             if entry is None and plan.public_key and verified:

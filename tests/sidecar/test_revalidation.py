@@ -105,3 +105,23 @@ async def test_without_revalidate_sample_a_hit_never_goes_upstream(
         await call(sidecar, "echo", arguments, request_id)
     assert peer.calls["echo"] == 1
     assert revalidations(sidecar, "same") + revalidations(sidecar, "changed") == 0
+
+
+async def test_a_callers_rechecks_that_find_changes_leave_other_entries_in_memory(
+    make_sidecar, own_upstream
+) -> None:
+    _, app = own_upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", ttl="60s", revalidateSample=1))
+    # One tool (`echo` answers differently every time), two callers' entries of it.
+    alice_args, mallory_args = {"text": unique()}, {"text": unique()}
+    stored = await call(sidecar, "echo", alice_args, 1, authorization="Bearer alice")
+    await call(sidecar, "echo", mallory_args, 2, authorization="Bearer mallory")
+    for n in range(1, 4):
+        hit = await call(sidecar, "echo", mallory_args, 3, authorization="Bearer mallory")
+        assert hit.headers["cache-status"] == "mcpcache; hit"
+        await async_wait_until(
+            lambda n=n: revalidations(sidecar, "changed") == n, 10, "the recheck"
+        )
+    kept = await call(sidecar, "echo", alice_args, 4, authorization="Bearer alice")
+    assert kept.headers["cache-status"] == "mcpcache; hit", "another caller's entry stays"
+    assert first_text(kept) == first_text(stored)

@@ -91,13 +91,15 @@ def test_budgets_hold_under_many_stores() -> None:
     assert len(cache._expiry_heap) <= 2 * len(cache) + 65
 
 
-def test_expire_drops_only_expired_entries() -> None:
-    cache, clock, _ = make()
+def test_a_lookup_drops_an_expired_entry_and_only_it() -> None:
+    cache, clock, evicted = make()
     cache.store("a", b"1", False, ttl=1)
     cache.store("b", b"2", False, ttl=10)
     clock.now += 5
-    assert cache.expire() == 1
+    assert cache.get_fresh("a") is None
+    assert cache.get_fresh("b") is not None
     assert set(cache) == {"b"}
+    assert evicted == ["expired"]
 
 
 def test_item_assignment_and_deletion_keep_the_expiry_order() -> None:
@@ -167,15 +169,18 @@ def test_stale_entries_go_first_when_space_is_needed() -> None:
     assert evicted == ["expired"]
 
 
-def test_expire_keeps_entries_within_their_stale_window() -> None:
+def test_an_expired_entry_is_kept_for_stale_answers_within_its_stale_window() -> None:
     cache, clock, _ = make()
     cache.store("a", b"1", False, ttl=1)
     cache.store("b", b"2", False, ttl=1, keep_stale=10)
     clock.now += 5
-    assert cache.expire() == 1
+    assert cache.get_fresh("a") is None
+    assert cache.get_fresh("b") is None
     assert set(cache) == {"b"}
+    assert cache.get_stale("b") is not None
     clock.now += 10
-    assert cache.expire() == 1
+    assert cache.get_stale("b") is None
+    assert cache.get_fresh("b") is None
     assert len(cache) == 0
 
 

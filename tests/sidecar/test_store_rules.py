@@ -35,12 +35,13 @@ def test_a_session_takes_only_its_own_entries_with_it() -> None:
     assert set(store) == {"c", "d"}
 
 
-def test_expire_drops_what_has_expired_as_expired() -> None:
+def test_an_entry_expiring_this_instant_is_not_fresh_and_goes_as_expired() -> None:
     store, clock, evictions = cache()
     store.store("a", b"x", False, 5)
     store.store("b", b"x", False, 10)
     clock.now = 5
-    assert store.expire() == 1
+    assert store.get_fresh("a") is None
+    assert store.get_fresh("b") is not None
     assert evictions == ["expired"]
     assert set(store) == {"b"}
 

@@ -39,7 +39,7 @@ from prometheus_client import CollectorRegistry, Counter
 from starlette.types import Message as ASGIMessage
 from starlette.types import Receive, Scope, Send
 
-from ..config.tracing import Tracing
+from ..config.tracing import SERVICE_NAME, Tracing
 from ..edge import spans
 from ..edge.incoming import Incoming
 from ..proxy.router import Proxy
@@ -47,8 +47,6 @@ from ..rules.messages import Message
 
 logger = logging.getLogger("mcpcache.sidecar")
 
-SERVICE_NAME: Final = "mcpcache-sidecar"
-"""The service name unless `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES` give one."""
 TRACE_HEADERS: Final = frozenset({"traceparent", "tracestate"})
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
 

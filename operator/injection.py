@@ -38,10 +38,11 @@ from mcpcache.sidecar.config import (
     SHARED_CACHE_URL_ENV,
     SHARED_CACHE_USERNAME_ENV,
 )
+from mcpcache.sidecar.config.tracing import SAMPLE_RATIO_ENV, SERVICE_NAME
 
 from .build import VERSION
 from .configmap import CONFIG_KEY, CONFIGMAP_NAME
-from .pod_annotations import InjectionRefused, PodChoices, pod_choices
+from .pod_annotations import InjectionRefused, PodChoices, TracingChoice, pod_choices
 from .settings import OperatorSettings
 
 __all__ = [
@@ -118,7 +119,38 @@ def _sidecar_env(
         env.append({"name": CACHE_MAX_ENTRIES_ENV, "value": str(choices.cache_entries)})
     if choices.cache_bytes is not None:
         env.append({"name": CACHE_MAX_BYTES_ENV, "value": choices.cache_bytes})
-    return env + _shared_cache_env(settings)
+    return env + _shared_cache_env(settings) + _tracing_env(choices.tracing)
+
+
+RESOURCE_FIELDS: Final = (
+    ("k8s.pod.name", "OTEL_RESOURCE_ATTRIBUTES_POD_NAME", "metadata.name"),
+    ("k8s.pod.uid", "OTEL_RESOURCE_ATTRIBUTES_POD_UID", "metadata.uid"),
+    ("k8s.namespace.name", "OTEL_RESOURCE_ATTRIBUTES_NAMESPACE_NAME", "metadata.namespace"),
+    ("k8s.node.name", "OTEL_RESOURCE_ATTRIBUTES_NODE_NAME", "spec.nodeName"),
+)
+"""The pod's identity on every span: each resource attribute, the variable the downward
+API fills, and the pod's field (the variable names are the OpenTelemetry Operator's)."""
+
+
+def _tracing_env(tracing: TracingChoice | None) -> list[dict[str, Any]]:
+    """The standard OpenTelemetry variables, only when the pod's sidecar traces (off:
+    the pod is as before). The pod's name is known only once the API server has named
+    it (a ReplicaSet's pods are admitted with a generateName), and its node only once
+    it is scheduled: the downward API fills them in, and the kubelet expands the
+    `$(VAR)` references in `OTEL_RESOURCE_ATTRIBUTES`, which must follow them."""
+    if tracing is None:
+        return []
+    env: list[dict[str, Any]] = [
+        {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": tracing.endpoint},
+        {"name": SAMPLE_RATIO_ENV, "value": f"{tracing.sample_ratio:g}"},
+        {"name": "OTEL_SERVICE_NAME", "value": SERVICE_NAME},
+    ]
+    for _, variable, field in RESOURCE_FIELDS:
+        env.append({"name": variable, "valueFrom": {"fieldRef": {"fieldPath": field}}})
+    attributes = [f"{name}=$({variable})" for name, variable, _ in RESOURCE_FIELDS]
+    attributes.append(f"k8s.container.name={SIDECAR_NAME}")
+    env.append({"name": "OTEL_RESOURCE_ATTRIBUTES", "value": ",".join(attributes)})
+    return env
 
 
 def _shared_cache_env(settings: OperatorSettings) -> list[dict[str, Any]]:

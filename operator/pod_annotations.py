@@ -1,8 +1,8 @@
 """What a pod may choose about its own sidecar, through annotations. Pure.
 
 As Istio's `sidecar.istio.io/proxyCPU` and Dapr's `dapr.io/sidecar-memory-limit` do, a
-pod's author sets the sidecar's ports, resources, cache budget and log level on the pod
-itself; everything unset comes from the operator's settings (the chart's values). Each
+pod's author sets the sidecar's ports, resources, cache budget, log level and tracing on
+the pod itself; everything unset comes from the operator's settings (the chart's values). Each
 value is checked here, at admission, so that a mistake is refused with a message naming
 the annotation, the value and what is allowed, rather than found in a crash-looping
 container.
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from mcpcache.sidecar.config import parse_quantity
+from mcpcache.sidecar.config.tracing import DEFAULT_ENDPOINT, endpoint_problem
 
 from .settings import SIDECAR_LISTEN_PORT, SIDECAR_METRICS_PORT, OperatorSettings
 
@@ -33,6 +34,9 @@ MEMORY_LIMIT_ANNOTATION: Final = "mcpcache.io/memory-limit"
 CACHE_ENTRIES_ANNOTATION: Final = "mcpcache.io/cache-entries"
 CACHE_BYTES_ANNOTATION: Final = "mcpcache.io/cache-bytes"
 LOG_LEVEL_ANNOTATION: Final = "mcpcache.io/log-level"
+TRACING_ANNOTATION: Final = "mcpcache.io/tracing"
+TRACING_ENDPOINT_ANNOTATION: Final = "mcpcache.io/tracing-endpoint"
+TRACING_SAMPLE_RATIO_ANNOTATION: Final = "mcpcache.io/tracing-sample-ratio"
 
 PROXY_PORTS: Final = (SIDECAR_LISTEN_PORT, 3510, 3520, 3530)
 """The proxy's port: the first of these that nothing else in the pod uses."""
@@ -52,6 +56,7 @@ the container before this webhook runs or adds it after."""
 
 _CPU = re.compile(r"^([0-9]+m|[0-9]+([.][0-9]+)?)$")
 _COUNT = re.compile(r"^[1-9][0-9]{0,8}$")
+_RATIO = re.compile(r"^(0|1|0?[.][0-9]{1,6}|1[.]0{1,6})$")
 
 
 class InjectionRefused(ValueError):
@@ -68,6 +73,16 @@ class PodChoices:
     cache_entries: int | None
     cache_bytes: str | None
     log_level: str
+    tracing: TracingChoice | None
+    """None: the sidecar sends no spans."""
+
+
+@dataclass(frozen=True)
+class TracingChoice:
+    """Where this pod's sidecar sends its spans, and the share of new traces it keeps."""
+
+    endpoint: str
+    sample_ratio: float
 
 
 def _refuse(annotation: str, value: str, allowed: str) -> InjectionRefused:
@@ -210,6 +225,41 @@ def _log_level(annotations: Mapping[str, str], settings: OperatorSettings) -> st
     return value.upper()
 
 
+def _tracing(annotations: Mapping[str, str], settings: OperatorSettings) -> TracingChoice | None:
+    """On as the operator's settings say unless the pod says otherwise: `tracing` turns
+    it on or off, an endpoint turns it on. A ratio or an endpoint on a pod whose tracing
+    stays off is refused rather than ignored: its author expects spans."""
+    switch = annotations.get(TRACING_ANNOTATION)
+    if switch is not None and switch not in ("true", "false"):
+        raise _refuse(TRACING_ANNOTATION, switch, "use true or false")
+    endpoint = annotations.get(TRACING_ENDPOINT_ANNOTATION)
+    if endpoint is not None and (problem := endpoint_problem(endpoint)):
+        raise _refuse(TRACING_ENDPOINT_ANNOTATION, endpoint, problem)
+    ratio = annotations.get(TRACING_SAMPLE_RATIO_ANNOTATION)
+    if ratio is not None and not _RATIO.match(ratio):
+        raise _refuse(TRACING_SAMPLE_RATIO_ANNOTATION, ratio, "use a ratio from 0 to 1, e.g. 0.1")
+    if switch is None:
+        on = endpoint is not None or settings.sidecar_tracing_enabled
+    else:
+        on = switch == "true"
+    if not on:
+        if switch == "false":
+            why = f'{TRACING_ANNOTATION} is "false"'
+        else:
+            why = f'tracing is off; set {TRACING_ANNOTATION}: "true" or an endpoint too'
+        for annotation, value in (
+            (TRACING_ENDPOINT_ANNOTATION, endpoint),
+            (TRACING_SAMPLE_RATIO_ANNOTATION, ratio),
+        ):
+            if value is not None:
+                raise _refuse(annotation, value, why)
+        return None
+    return TracingChoice(
+        endpoint=endpoint or settings.sidecar_tracing_endpoint or DEFAULT_ENDPOINT,
+        sample_ratio=float(ratio) if ratio is not None else settings.sidecar_tracing_sample_ratio,
+    )
+
+
 def pod_choices(pod: Mapping[str, Any], settings: OperatorSettings) -> PodChoices:
     """The sidecar's settings for this pod, or InjectionRefused naming the bad value."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
@@ -225,4 +275,5 @@ def pod_choices(pod: Mapping[str, Any], settings: OperatorSettings) -> PodChoice
         cache_entries=_cache_entries(annotations, settings),
         cache_bytes=_cache_bytes(annotations, settings, resources),
         log_level=_log_level(annotations, settings),
+        tracing=_tracing(annotations, settings),
     )

@@ -7,11 +7,19 @@ import os
 from collections.abc import Mapping
 from typing import Any, Final, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from mcpcache.sidecar.config import DEFAULT_LISTEN_PORT as SIDECAR_LISTEN_PORT
 from mcpcache.sidecar.config import DEFAULT_METRICS_PORT as SIDECAR_METRICS_PORT
 from mcpcache.sidecar.config.errors import problem
+from mcpcache.sidecar.config.tracing import endpoint_problem
 
 __all__ = ["SIDECAR_LISTEN_PORT", "SIDECAR_METRICS_PORT", "OperatorSettings"]
 
@@ -46,6 +54,13 @@ class OperatorSettings(BaseModel):
     sidecar_shared_cache_secret: str | None = None
     """A Secret of this name in the pod's namespace holds `password` (and optionally
     `username`) for Redis."""
+    sidecar_tracing_enabled: bool = False
+    """Whether injected sidecars send spans; a pod may say otherwise (`pod_annotations`)."""
+    sidecar_tracing_endpoint: str | None = None
+    """The OTLP/HTTP collector injected sidecars send spans to; None: the exporter's
+    default (`http://localhost:4318`, a collector in the pod)."""
+    sidecar_tracing_sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+    """The share of the traces that start at a sidecar that it keeps."""
     namespaces: tuple[str, ...] = ()
     """Namespaces to watch; empty means the whole cluster."""
     metrics_port: int = 8080
@@ -87,6 +102,14 @@ class OperatorSettings(BaseModel):
         ):
             raise ValueError("sidecar.sharedCache.sentinel needs the primary's name (master)")
         return self
+
+    @field_validator("sidecar_tracing_endpoint")
+    @classmethod
+    def _collector_url(cls, value: str | None) -> str | None:
+        """Refused at start-up rather than found as spans that never arrive."""
+        if value and (complaint := endpoint_problem(value)):
+            raise ValueError(f"{value!r} is not allowed: {complaint}")
+        return value or None
 
     @model_validator(mode="after")
     def _renewal_before_expiry(self) -> Self:
@@ -137,6 +160,9 @@ ENVIRONMENT: Final = {
     "sidecar_shared_cache_timeout": "MCPCACHE_SIDECAR_SHARED_CACHE_TIMEOUT",
     "sidecar_shared_cache_secret": "MCPCACHE_SIDECAR_SHARED_CACHE_SECRET",
     "sidecar_shared_cache_sentinel_master": "MCPCACHE_SIDECAR_SHARED_CACHE_SENTINEL_MASTER",
+    "sidecar_tracing_enabled": "MCPCACHE_SIDECAR_TRACING_ENABLED",
+    "sidecar_tracing_endpoint": "MCPCACHE_SIDECAR_TRACING_ENDPOINT",
+    "sidecar_tracing_sample_ratio": "MCPCACHE_SIDECAR_TRACING_SAMPLE_RATIO",
     "metrics_port": "MCPCACHE_METRICS_PORT",
     "health_port": "MCPCACHE_HEALTH_PORT",
     "webhook_port": "MCPCACHE_WEBHOOK_PORT",

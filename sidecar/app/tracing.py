@@ -39,16 +39,15 @@ from prometheus_client import CollectorRegistry, Counter
 from starlette.types import Message as ASGIMessage
 from starlette.types import Receive, Scope, Send
 
-from ..config.tracing import Tracing
+from ..config.tracing import SERVICE_NAME, Tracing
 from ..edge import spans
 from ..edge.incoming import Incoming
 from ..proxy.router import Proxy
 from ..rules.messages import Message
+from .otlp import OtlpBatch
 
 logger = logging.getLogger("mcpcache.sidecar")
 
-SERVICE_NAME: Final = "mcpcache-sidecar"
-"""The service name unless `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES` give one."""
 TRACE_HEADERS: Final = frozenset({"traceparent", "tracestate"})
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
 
@@ -56,6 +55,24 @@ _PROPAGATOR: Final = TraceContextTextMapPropagator()
 def _environ_number(environ: Mapping[str, str], name: str, default: int) -> int:
     value = environ.get(name, "")
     return int(value) if value.isascii() and value.isdigit() and int(value) > 0 else default
+
+
+class _Exporter(OTLPSpanExporter):
+    """The OTLP/HTTP exporter (its endpoint, headers, TLS, compression, timeout and
+    retries, from the same variables) with the batch encoded by `OtlpBatch`: the
+    exporter's own encoder was most of what a span cost. It sends through the exporter's
+    HTTP client, a private attribute of the pinned SDK; the tests against a real
+    collector would fail first if a new SDK moved it."""
+
+    def __init__(self, endpoint: str | None) -> None:
+        super().__init__(endpoint=endpoint)
+        self._batch = OtlpBatch()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._shutdown:
+            return SpanExportResult.FAILURE
+        sent = self._client.export(self._batch.encode(spans))
+        return SpanExportResult.SUCCESS if sent.success else SpanExportResult.FAILURE
 
 
 class BoundedExport(SpanProcessor):
@@ -153,9 +170,7 @@ class Tracer:
             registry=registry,
         )
         endpoint = settings.endpoint
-        exporter = OTLPSpanExporter(
-            endpoint=f"{endpoint.rstrip('/')}/v1/traces" if endpoint else None
-        )
+        exporter = _Exporter(f"{endpoint.rstrip('/')}/v1/traces" if endpoint else None)
         self.export = BoundedExport(
             exporter,
             dropped,
@@ -214,7 +229,7 @@ class RequestSpan:
         "_not_stored",
         "_server",
         "_span",
-        "_start",
+        "_start_time",
         "_status",
         "_tracer",
     )
@@ -223,7 +238,7 @@ class RequestSpan:
         self._tracer = tracer
         self._incoming = incoming
         self._server = server
-        self._start = time.time_ns()
+        self._start_time = time.time_ns()
         self._span: trace.Span | None = None
         self._status: int | None = None
         self._cache_status: str | None = None
@@ -233,16 +248,20 @@ class RequestSpan:
 
     def span(self) -> trace.Span:
         if self._span is None:
-            message = self._incoming.read
-            name, attributes = _request_attributes(self._incoming, message, self._server)
-            self._span = self._tracer.start_span(
-                name,
-                context=_parent(self._incoming.headers, message),
-                kind=SpanKind.SERVER,
-                attributes=attributes,
-                start_time=self._start,
-            )
+            self._span = self._start({})
         return self._span
+
+    def _start(self, more: dict[str, Any]) -> trace.Span:
+        message = self._incoming.read
+        name, attributes = _request_attributes(self._incoming, message, self._server)
+        attributes.update(more)
+        return self._tracer.start_span(
+            name,
+            context=_parent(self._incoming.headers, message),
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+            start_time=self._start_time,
+        )
 
     def upstream(
         self, url: str, method: str, headers: list[tuple[str, str]]
@@ -292,24 +311,31 @@ class RequestSpan:
                 self._age = value.decode("latin-1")
 
     def end(self, error: BaseException | None) -> None:
-        span = self.span()
+        """Ends the span with the outcome on it. A span nothing asked for yet (a hit: no
+        upstream call) starts here with every attribute at once: the SDK checks and
+        stores an attribute given at the start in one pass, and takes its lock for
+        each one set later."""
+        outcome: dict[str, Any] = {}
         if self._status is not None:
-            span.set_attribute("http.response.status_code", self._status)
+            outcome["http.response.status_code"] = self._status
         if self._cache_status is not None:
-            for key, value in _cache_attributes(self._cache_status).items():
-                span.set_attribute(key, value)
+            outcome.update(_cache_attributes(self._cache_status))
         if self._age is not None and self._age.isdigit():
-            span.set_attribute("mcpcache.age_seconds", int(self._age))
+            outcome["mcpcache.age_seconds"] = int(self._age)
         if self._not_stored is not None:
-            span.set_attribute("mcpcache.not_stored_reason", self._not_stored)
+            outcome["mcpcache.not_stored_reason"] = self._not_stored
         if self._followers:
-            span.set_attribute("mcpcache.collapsed", "leader")
-            span.set_attribute("mcpcache.collapsed_followers", self._followers)
-        if error is not None:
-            span.set_attribute("error.type", type(error).__name__)
-            span.set_status(Status(StatusCode.ERROR))
-        elif self._status is not None and self._status >= 500:
-            span.set_attribute("error.type", str(self._status))
+            outcome["mcpcache.collapsed"] = "leader"
+            outcome["mcpcache.collapsed_followers"] = self._followers
+        failed = error is not None or (self._status is not None and self._status >= 500)
+        if failed:
+            outcome["error.type"] = type(error).__name__ if error is not None else str(self._status)
+        if self._span is None:
+            span = self._span = self._start(outcome)
+        else:
+            span = self._span
+            span.set_attributes(outcome)
+        if failed:
             span.set_status(Status(StatusCode.ERROR))
         span.end()
 

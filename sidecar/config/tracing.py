@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Final
+from urllib.parse import urlsplit
 
 from pydantic import Field
 
@@ -19,6 +20,32 @@ from .fields import Model
 ENDPOINT_ENV: Final = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 """Either turns tracing on (the exporter reads them itself)."""
 SAMPLE_RATIO_ENV: Final = "MCPCACHE_TRACING_SAMPLE_RATIO"
+DEFAULT_ENDPOINT: Final = "http://localhost:4318"
+"""The OTLP/HTTP exporter's own default: a collector in the pod."""
+SERVICE_NAME: Final = "mcpcache-sidecar"
+"""The service name unless `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES` give one."""
+
+
+def endpoint_problem(url: str) -> str | None:
+    """What is wrong with a collector's OTLP/HTTP base URL, or None. Checked where an
+    endpoint is given to many sidecars at once (the operator's settings, a pod's
+    annotation): a typo there would otherwise be found only as spans that never arrive.
+    Credentials are refused: an annotation or a chart value is read by everyone who
+    reads the pod (the exporter takes them from `OTEL_EXPORTER_OTLP_HEADERS`)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "use an http:// or https:// URL, e.g. http://otel-collector.observability:4318"
+    if parts.scheme not in ("http", "https") or not parts.hostname or not url.isprintable():
+        return "use an http:// or https:// URL, e.g. http://otel-collector.observability:4318"
+    if " " in url or parts.query or parts.fragment:
+        return "use the collector's base URL, without spaces, a query or a fragment"
+    if parts.username is not None or parts.password is not None:
+        return "credentials do not belong in the URL; set OTEL_EXPORTER_OTLP_HEADERS instead"
+    if port == 0:
+        return "use a port from 1 to 65535"
+    return None
 
 
 class Tracing(Model):

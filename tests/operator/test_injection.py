@@ -106,6 +106,27 @@ def test_a_labelled_pod_gets_the_native_sidecar(core, namespace) -> None:
     assert annotations["mcpcache.io/app-id"] == "checkout", "the pod's own are kept"
 
 
+def test_a_pod_asking_for_traces_gets_its_collector_and_its_identity(core, namespace) -> None:
+    annotations = {
+        "mcpcache.io/tracing-endpoint": "http://otel-collector.observability:4318",
+        "mcpcache.io/tracing-sample-ratio": "0.1",
+    }
+    created = create(core, namespace, pod("traced", annotations))
+    (sidecar,) = created.spec.init_containers
+    env = env_of(sidecar)
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability:4318"
+    assert env["MCPCACHE_TRACING_SAMPLE_RATIO"] == "0.1"
+    assert env["OTEL_RESOURCE_ATTRIBUTES_POD_NAME"] == "fieldRef:metadata.name"
+    assert env["OTEL_RESOURCE_ATTRIBUTES_NODE_NAME"] == "fieldRef:spec.nodeName"
+    names = [e.name for e in sidecar.env]
+    assert names.index("OTEL_RESOURCE_ATTRIBUTES") > names.index(
+        "OTEL_RESOURCE_ATTRIBUTES_POD_NAME"
+    ), "the kubelet expands $(VAR) only for variables defined before"
+    assert "k8s.pod.name=$(OTEL_RESOURCE_ATTRIBUTES_POD_NAME)" in env["OTEL_RESOURCE_ATTRIBUTES"]
+    untraced = env_of(create(core, namespace, pod("untraced")).spec.init_containers[0])
+    assert not [name for name in untraced if name.startswith("OTEL_")]
+
+
 def test_a_pod_without_annotations_is_annotated_with_the_version(core, namespace) -> None:
     body = pod("bare")
     del body["metadata"]["annotations"]
@@ -181,6 +202,12 @@ def test_a_pod_that_already_has_the_sidecar_is_not_injected_twice(core, namespac
             "least 1Mi, e.g. 128Mi or 1Gi",
         ),
         ({}, {"hostNetwork": True}, "the pod uses hostNetwork"),
+        (
+            {"mcpcache.io/tracing-sample-ratio": "half"},
+            {},
+            "annotation mcpcache.io/tracing-sample-ratio: 'half' is not allowed: use a ratio "
+            "from 0 to 1, e.g. 0.1",
+        ),
     ],
 )
 def test_a_pod_that_cannot_take_the_sidecar_is_refused_with_a_reason(

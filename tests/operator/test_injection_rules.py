@@ -7,6 +7,7 @@ import importlib.metadata
 import re
 
 import pytest
+from opentelemetry.sdk.resources import Resource
 
 from mcpcache.operator.injection import (
     InjectionRefused,
@@ -17,6 +18,7 @@ from mcpcache.operator.injection import (
 )
 from mcpcache.operator.settings import OperatorSettings
 from mcpcache.sidecar.config import parse_config
+from mcpcache.sidecar.config.tracing import Tracing
 
 SETTINGS = OperatorSettings(sidecar_image="example/mcpcache:test")
 
@@ -83,15 +85,29 @@ def test_the_operators_cache_budget_reaches_the_sidecar() -> None:
     assert env["MCPCACHE_CACHE_MAX_BYTES"] == "32Mi"
 
 
+POD_FIELDS = {
+    "metadata.name": "agent-7d9f",
+    "metadata.uid": "0b6f1c2e-5d1a-4c3b-9e0f-2a7b8c9d0e1f",
+    "spec.nodeName": "node-3",
+    "status.podIP": "10.0.0.7",
+}
+
+
 def resolved_env(container: dict, namespace: str, secret: dict[str, str]) -> dict[str, str]:
-    """The container's environment as the kubelet would resolve it in `namespace`."""
-    env = {}
+    """The container's environment as the kubelet would resolve it in `namespace`:
+    the downward API's fields, the Secret's keys, and `$(VAR)` references to variables
+    defined before."""
+    env: dict[str, str] = {}
     for item in container["env"]:
         source = item.get("valueFrom")
         if source is None:
-            env[item["name"]] = item["value"]
+            env[item["name"]] = re.sub(
+                r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                lambda m: env.get(m[1], m[0]),
+                item["value"],
+            )
         elif "fieldRef" in source:
-            fields = {"metadata.namespace": namespace, "status.podIP": "10.0.0.7"}
+            fields = {"metadata.namespace": namespace, **POD_FIELDS}
             env[item["name"]] = fields[source["fieldRef"]["fieldPath"]]
         elif (key := source["secretKeyRef"]["key"]) in secret:
             assert source["secretKeyRef"]["optional"] is True
@@ -196,6 +212,77 @@ def test_without_a_shared_cache_the_sidecar_has_no_redis_settings() -> None:
     assert not any("SHARED" in name or name == "MCPCACHE_NAMESPACE" for name in names)
 
 
+TRACING = OperatorSettings.from_environment(
+    {
+        "MCPCACHE_SIDECAR_TRACING_ENABLED": "true",
+        "MCPCACHE_SIDECAR_TRACING_ENDPOINT": "http://otel-collector.observability:4318",
+        "MCPCACHE_SIDECAR_TRACING_SAMPLE_RATIO": "0.25",
+    }
+)
+
+
+def traced_env(annotations: dict[str, str], settings: OperatorSettings) -> dict[str, str]:
+    plan = plan_injection(pod(annotations), settings)
+    assert plan is not None
+    return resolved_env(plan["initContainers"][0], "agents", {})
+
+
+def test_without_tracing_the_sidecar_has_no_opentelemetry_settings() -> None:
+    env = traced_env({}, SETTINGS)
+    assert [name for name in env if "OTEL" in name or "TRACING" in name] == []
+    assert not Tracing().active(env)
+
+
+def test_the_operators_tracing_reaches_the_sidecar_with_the_pods_identity(monkeypatch) -> None:
+    env = traced_env({}, TRACING)
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability:4318"
+    # What the sidecar makes of it: its own config model and the SDK read these variables.
+    assert Tracing().active(env)
+    assert Tracing().ratio(env) == 0.25
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    resource = Resource.create({}).attributes
+    assert resource["service.name"] == "mcpcache-sidecar"
+    assert {key: resource[key] for key in resource if key.startswith("k8s.")} == {
+        "k8s.pod.name": "agent-7d9f",
+        "k8s.pod.uid": "0b6f1c2e-5d1a-4c3b-9e0f-2a7b8c9d0e1f",
+        "k8s.namespace.name": "agents",
+        "k8s.node.name": "node-3",
+        "k8s.container.name": "mcpcache",
+    }
+
+
+def test_a_pod_chooses_its_own_collector_and_sample_ratio() -> None:
+    chosen = {
+        "mcpcache.io/tracing-endpoint": "https://collector.team-a:4318/otlp",
+        "mcpcache.io/tracing-sample-ratio": "0.05",
+    }
+    for settings in (SETTINGS, TRACING):  # an endpoint turns tracing on by itself
+        env = traced_env(chosen, settings)
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "https://collector.team-a:4318/otlp"
+        assert Tracing().ratio(env) == 0.05
+    only_ratio = traced_env({"mcpcache.io/tracing-sample-ratio": "1"}, TRACING)
+    assert only_ratio["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability:4318"
+    assert Tracing().ratio(only_ratio) == 1.0
+
+
+def test_a_pod_turns_tracing_on_or_off_whatever_the_operator_says() -> None:
+    on = traced_env({"mcpcache.io/tracing": "true"}, SETTINGS)
+    assert on["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://localhost:4318", "a collector in the pod"
+    assert Tracing().ratio(on) == 1.0
+    off = traced_env({"mcpcache.io/tracing": "false"}, TRACING)
+    assert [name for name in off if "OTEL" in name or "TRACING" in name] == []
+
+
+def test_the_operator_refuses_a_bad_collector_url_at_start_up() -> None:
+    with pytest.raises(ValueError, match="TRACING_ENDPOINT") as refused:
+        OperatorSettings.from_environment({"MCPCACHE_SIDECAR_TRACING_ENDPOINT": "otel:4318"})
+    assert str(refused.value) == (
+        "MCPCACHE_SIDECAR_TRACING_ENDPOINT: 'otel:4318' is not allowed: use an http:// or "
+        "https:// URL, e.g. http://otel-collector.observability:4318"
+    )
+
+
 def test_an_injected_pod_is_left_alone() -> None:
     plan = plan_injection(pod(), SETTINGS)
     assert plan is not None
@@ -239,6 +326,9 @@ FULL_SETTINGS = OperatorSettings(
     sidecar_shared_cache_namespaces=("agents", "tools"),
     sidecar_shared_cache_secret="sec",
     sidecar_resources={"requests": {"cpu": "10m"}},
+    sidecar_tracing_enabled=True,
+    sidecar_tracing_endpoint="http://otel:4318",
+    sidecar_tracing_sample_ratio=0.5,
 )
 FULL_POD = {
     "metadata": {"name": "p", "annotations": {"mcpcache.io/app-id": "checkout"}},
@@ -300,6 +390,33 @@ def test_the_whole_plan_for_a_pod_with_every_setting() -> None:
                     {"name": "MCPCACHE_SHARED_CACHE_NAMESPACES", "value": "agents,tools"},
                     {"name": "MCPCACHE_SHARED_CACHE_USERNAME", "valueFrom": secret_key("username")},
                     {"name": "MCPCACHE_SHARED_CACHE_PASSWORD", "valueFrom": secret_key("password")},
+                    {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel:4318"},
+                    {"name": "MCPCACHE_TRACING_SAMPLE_RATIO", "value": "0.5"},
+                    {"name": "OTEL_SERVICE_NAME", "value": "mcpcache-sidecar"},
+                    {
+                        "name": "OTEL_RESOURCE_ATTRIBUTES_POD_NAME",
+                        "valueFrom": field("metadata.name"),
+                    },
+                    {
+                        "name": "OTEL_RESOURCE_ATTRIBUTES_POD_UID",
+                        "valueFrom": field("metadata.uid"),
+                    },
+                    {
+                        "name": "OTEL_RESOURCE_ATTRIBUTES_NAMESPACE_NAME",
+                        "valueFrom": field("metadata.namespace"),
+                    },
+                    {
+                        "name": "OTEL_RESOURCE_ATTRIBUTES_NODE_NAME",
+                        "valueFrom": field("spec.nodeName"),
+                    },
+                    {
+                        "name": "OTEL_RESOURCE_ATTRIBUTES",
+                        "value": "k8s.pod.name=$(OTEL_RESOURCE_ATTRIBUTES_POD_NAME),"
+                        "k8s.pod.uid=$(OTEL_RESOURCE_ATTRIBUTES_POD_UID),"
+                        "k8s.namespace.name=$(OTEL_RESOURCE_ATTRIBUTES_NAMESPACE_NAME),"
+                        "k8s.node.name=$(OTEL_RESOURCE_ATTRIBUTES_NODE_NAME),"
+                        "k8s.container.name=mcpcache",
+                    },
                 ],
                 "ports": [{"name": "mcpcache-prom", "containerPort": 9090}],
                 "startupProbe": {
@@ -548,6 +665,41 @@ def test_a_pod_that_declares_a_default_port_itself_gets_the_next_free_one() -> N
             {"mcpcache.io/log-level": "verbose"},
             "annotation mcpcache.io/log-level: 'verbose' is not allowed: use one of DEBUG, "
             "INFO, WARNING, ERROR",
+        ),
+        (
+            {"mcpcache.io/tracing": "yes"},
+            "annotation mcpcache.io/tracing: 'yes' is not allowed: use true or false",
+        ),
+        (
+            {"mcpcache.io/tracing-endpoint": "otel-collector:4318"},
+            "annotation mcpcache.io/tracing-endpoint: 'otel-collector:4318' is not allowed: use "
+            "an http:// or https:// URL, e.g. http://otel-collector.observability:4318",
+        ),
+        (
+            {"mcpcache.io/tracing-endpoint": "http://otel:4318/?token=x"},
+            "annotation mcpcache.io/tracing-endpoint: 'http://otel:4318/?token=x' is not allowed: "
+            "use the collector's base URL, without spaces, a query or a fragment",
+        ),
+        (
+            {"mcpcache.io/tracing-endpoint": "https://team:s3cret@otel:4318"},
+            "annotation mcpcache.io/tracing-endpoint: 'https://team:s3cret@otel:4318' is not "
+            "allowed: credentials do not belong in the URL; set OTEL_EXPORTER_OTLP_HEADERS "
+            "instead",
+        ),
+        (
+            {"mcpcache.io/tracing-sample-ratio": "10%"},
+            "annotation mcpcache.io/tracing-sample-ratio: '10%' is not allowed: use a ratio "
+            "from 0 to 1, e.g. 0.1",
+        ),
+        (
+            {"mcpcache.io/tracing-sample-ratio": "0.5"},
+            "annotation mcpcache.io/tracing-sample-ratio: '0.5' is not allowed: tracing is off; "
+            'set mcpcache.io/tracing: "true" or an endpoint too',
+        ),
+        (
+            {"mcpcache.io/tracing": "false", "mcpcache.io/tracing-endpoint": "http://otel:4318"},
+            "annotation mcpcache.io/tracing-endpoint: 'http://otel:4318' is not allowed: "
+            'mcpcache.io/tracing is "false"',
         ),
     ],
 )

@@ -44,6 +44,11 @@ NON_DEFAULT = {
             "namespaces": ["agents"],
             "secretName": "mcpcache-redis",
         },
+        "tracing": {
+            "enabled": True,
+            "endpoint": "http://otel-collector.observability:4318",
+            "sampleRatio": 0.25,
+        },
     },
     "webhook": {"failurePolicy": "Fail", "timeoutSeconds": 3, "certManager": {"enabled": True}},
     "metrics": {
@@ -225,6 +230,17 @@ def test_values_reach_the_operator_and_the_sidecar(control_plane, values_file) -
     assert env["MCPCACHE_SIDECAR_SHARED_CACHE_TIMEOUT"] == "30ms"
     assert env["MCPCACHE_SIDECAR_SHARED_CACHE_NAMESPACES"] == "agents"
     assert env["MCPCACHE_SIDECAR_SHARED_CACHE_SECRET"] == "mcpcache-redis"
+    assert env["MCPCACHE_SIDECAR_TRACING_ENABLED"] == "true"
+    assert env["MCPCACHE_SIDECAR_TRACING_ENDPOINT"] == "http://otel-collector.observability:4318"
+    assert env["MCPCACHE_SIDECAR_TRACING_SAMPLE_RATIO"] == "0.25"
+    injected = plan_injection(
+        {"metadata": {}, "spec": {"containers": [{"name": "agent"}]}},
+        OperatorSettings.from_environment({k: v for k, v in env.items() if v is not None}),
+    )
+    assert injected is not None
+    sidecar_env = {e["name"]: e.get("value") for e in injected["initContainers"][0]["env"]}
+    assert sidecar_env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability:4318"
+    assert sidecar_env["MCPCACHE_TRACING_SAMPLE_RATIO"] == "0.25"
     assert pod["serviceAccountName"] == "custom-operator"
     assert pod["imagePullSecrets"] == [{"name": "registry"}]
     configuration = by_kind(documents, "MutatingWebhookConfiguration")
@@ -541,6 +557,7 @@ def test_the_injected_sidecar_gets_the_documented_resources_and_port(control_pla
         "limits": {"memory": "192Mi"},
     }
     assert "MCPCACHE_NAMESPACES" not in environ or environ["MCPCACHE_NAMESPACES"] == ""
+    assert environ["MCPCACHE_SIDECAR_TRACING_ENABLED"] == "false"
 
     settings = OperatorSettings.from_environment(environ | {"MCPCACHE_SIDECAR_IMAGE": "i:1"})
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "image": "a"}]}}
@@ -549,3 +566,4 @@ def test_the_injected_sidecar_gets_the_documented_resources_and_port(control_pla
     (sidecar,) = plan["initContainers"]
     assert sidecar["resources"] == resources
     assert sidecar["ports"] == [{"name": "mcpcache-prom", "containerPort": 9090}]
+    assert not any(e["name"].startswith("OTEL_") for e in sidecar["env"]), "no tracing by default"

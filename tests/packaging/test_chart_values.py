@@ -27,6 +27,10 @@ BAD_VALUES = [
     ("sidecar.sharedCache.namespaces={Agents}", "/sidecar/sharedCache/namespaces/0"),
     ("sidecar.resources.limits.memory=lots", "/sidecar/resources/limits/memory"),
     ("sidecar.logLevel=LOUD", "/sidecar/logLevel"),
+    ("sidecar.tracing.endpoint=otel-collector:4318", "/sidecar/tracing/endpoint"),
+    ("sidecar.tracing.endpoint=http://user:pw@otel:4318", "/sidecar/tracing/endpoint"),
+    ("sidecar.tracing.sampleRatio=2", "/sidecar/tracing/sampleRatio"),
+    ("sidecar.tracing.enabled=maybe", "/sidecar/tracing/enabled"),
     ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
     ("operator.replicas=0", "/operator/replicas"),
     ("operator.replicas=two", "/operator/replicas"),
@@ -127,6 +131,8 @@ def test_helm_lint_refuses_a_bad_value_naming_it(control_plane, value, named) ->
         "webhook.certManager.issuerRef.kind=ClusterIssuer",
         "webhook.certManager.issuerRef.name=my-ca",
         "global.imageRegistry=registry.example",
+        "sidecar.tracing.enabled=true,sidecar.tracing.endpoint=https://otel.example:4318/otlp",
+        "sidecar.tracing.sampleRatio=0.05",
     ],
 )
 def test_good_values_of_each_kind_are_accepted(control_plane, value) -> None:

@@ -44,7 +44,6 @@ from ..edge import spans
 from ..edge.incoming import Incoming
 from ..proxy.router import Proxy
 from ..rules.messages import Message
-from .otlp import OtlpBatch
 
 logger = logging.getLogger("mcpcache.sidecar")
 
@@ -55,24 +54,6 @@ _PROPAGATOR: Final = TraceContextTextMapPropagator()
 def _environ_number(environ: Mapping[str, str], name: str, default: int) -> int:
     value = environ.get(name, "")
     return int(value) if value.isascii() and value.isdigit() and int(value) > 0 else default
-
-
-class _Exporter(OTLPSpanExporter):
-    """The OTLP/HTTP exporter (its endpoint, headers, TLS, compression, timeout and
-    retries, from the same variables) with the batch encoded by `OtlpBatch`: the
-    exporter's own encoder was most of what a span cost. It sends through the exporter's
-    HTTP client, a private attribute of the pinned SDK; the tests against a real
-    collector would fail first if a new SDK moved it."""
-
-    def __init__(self, endpoint: str | None) -> None:
-        super().__init__(endpoint=endpoint)
-        self._batch = OtlpBatch()
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if self._shutdown:
-            return SpanExportResult.FAILURE
-        sent = self._client.export(self._batch.encode(spans))
-        return SpanExportResult.SUCCESS if sent.success else SpanExportResult.FAILURE
 
 
 class BoundedExport(SpanProcessor):
@@ -170,7 +151,9 @@ class Tracer:
             registry=registry,
         )
         endpoint = settings.endpoint
-        exporter = _Exporter(f"{endpoint.rstrip('/')}/v1/traces" if endpoint else None)
+        exporter = OTLPSpanExporter(
+            endpoint=f"{endpoint.rstrip('/')}/v1/traces" if endpoint else None
+        )
         self.export = BoundedExport(
             exporter,
             dropped,

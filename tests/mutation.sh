@@ -22,7 +22,7 @@ cache=${MCPCACHE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcpcache}
 python=${PYTHON:-python3}
 MUTMUT_VERSION=3.8.1
 ALL=(
-  rules/key rules/policy rules/answers cache/store rules/messages rules/capture config/units
+  rules/key rules/policy rules/admission cache/store rules/messages rules/capture config/units
   config/fields config/servers config/tools config/model rules/sse rules/headers
   rules/session_ids rules/hints rules/notices rules/arguments rules/callers rules/numbers
   rules/reading

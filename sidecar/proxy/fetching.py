@@ -1,17 +1,22 @@
 """The upstream fetch of a cacheable request, in its flight's own task.
 
-A `Fetch` is one exchange and the observer it plugs in: it relays the answer to the
-flight's leader (while there is one), judges the answer once the capture has seen it,
-stores what may be stored (in memory, then in the Redis tier without waiting), and
-settles what the flight's followers receive. It is sent with exactly its own request's
-headers and body: whoever else waits for the answer, the credentials are this request's.
+A `Fetch` is one exchange, read to its end: it passes the answer on to the flight's
+leader (while there is one) chunk by chunk, and as soon as the capture has seen the
+final answer (before the chunk that carried it goes on), or the body has ended, it has
+the answer judged (`admission.judge`, from what was seen) and carries the judgement
+out: stores what may be stored (in memory, then in the Redis tier without waiting),
+records what the upstream accepted and showed, and settles what the flight's followers
+receive. It decides nothing itself. It is sent with exactly its own request's headers
+and body: whoever else waits for the answer, the credentials are this request's.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+import anyio
 import orjson
 
 from ..cache.credentials import AcceptedCredentials
@@ -22,11 +27,12 @@ from ..edge import spans
 from ..edge.forwarded import BrokenBody
 from ..edge.incoming import Incoming
 from ..metrics import Metrics
-from ..rules import answers, cache_status, freshness, policy
+from ..rules import admission, cache_status, freshness, policy
+from ..rules.admission import FollowerShare, Judgement
 from ..rules.capture import ResponseCapture
 from ..rules.headers import forward_headers, response_headers
 from ..rules.hints import listing_ttl
-from ..rules.messages import ERROR, RESULT, Message, Verdict, cache_scope
+from ..rules.messages import ERROR, RESULT, Message
 from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamFailure
 from ..upstream.exchange import Exchange, Exchanges, Outbound
@@ -79,8 +85,6 @@ class Storage:
 class Fetch:
     """One upstream call of a cacheable request (see the module's docstring)."""
 
-    follows = True
-
     def __init__(
         self, exchanges: Exchanges, storage: Storage, request: CacheableRequest, via: str
     ) -> None:
@@ -101,18 +105,15 @@ class Fetch:
             query=request.incoming.query,
         )
         self.capture: ResponseCapture | None = None
+        self.judgement: Judgement | None = None
         self._flight: Flight | None = None
         self._exchange: Exchange | None = None
         self._status = 0
         self._header_map: dict[str, str] = {}
         self._epoch = 0
-        self._learner = request.lookup.learner
-        self._relay: Relay | None = None
-        self.result: bytes | None = None
-        """The result as it leaves, when it is not the upstream's bytes (see `freshness`)."""
 
     async def run(self, flight: Flight) -> None:
-        """The flight's task: open, relay to the leader, judge, settle."""
+        """The flight's task: open, pass the body on, judge, carry the judgement out."""
         request, storage, server = self._request, self._storage, self._request.server
         self._flight = flight
         self._epoch = storage.invalidator.epoch(server.name)
@@ -124,38 +125,93 @@ class Fetch:
             return
         status = self._status = response.status
         self._header_map = response.header_map
-        refused = answers.response_refusal(
-            server, request.lookup, status, response.header_map, response.event_stream
-        )
         capture = self.capture = ResponseCapture(
-            request.message.id, response.event_stream, server.cache.effective_max_size, refused
+            request.message.id, response.event_stream, server.cache.effective_max_size
         )
         flight.capture = capture
-        if refused is not None:
-            flight.settle(_outcome(status, capture, Verdict(refused)))
-        relay = self._relay = exchange.relay(response, self)
-        headers = tuple(response_headers(response.headers))
-        if response.event_stream:
-            flight.open_head(Head(status, headers, cache_status.MISS))
-        else:
-            # A JSON answer is one message: read it (up to maxSize) before the headers, so
-            # that Cache-Status can say whether it was stored.
-            try:
-                prefix = await relay.read_prefix()
-            except UpstreamFailure as exc:
-                flight.fail(exc)
-                return
-            if relay.done:
-                if self.result is not None:
-                    prefix = freshness.rewritten_body(request.message.id, self.result, False)
-                flight.open_head(Head(status, headers, relay.cache_status(), prefix, True))
-                return
-            too_large = cache_status.forwarded("miss", cache_status.detail("too_large"))
-            flight.open_head(Head(status, headers, too_large, prefix))
+        refused = admission.response_refusal(
+            server, request.lookup, status, response.header_map, response.event_stream
+        )
+        early = admission.early_share(status, capture, refused)
+        if early is not None:  # followers need not wait for the body
+            flight.settle(self._outcome(early))
+        relay = exchange.relay(response, capture)
+        error: BaseException | None = None
         try:
-            await relay.deliver(flight.deliver)
-        except BrokenBody:
+            await self._pass_on(relay, flight, tuple(response_headers(response.headers)))
+        except (BrokenBody, UpstreamFailure) as exc:
+            error = exc
+        except BaseException as exc:  # cancelled: shut down, or the leader's task gone
+            error = exc
+            raise
+        finally:
+            failure = error.__cause__ if isinstance(error, BrokenBody) else error
+            with anyio.CancelScope(shield=True):
+                if self.judgement is None:
+                    if failure is None:
+                        capture.finish()
+                    else:
+                        capture.fail(failure if isinstance(failure, UpstreamFailure) else None)
+                    self._judged()
+                assert self.judgement is not None
+                await relay.close(failure, self.judgement.verdict)
+        if isinstance(error, BrokenBody):
             flight.break_off()
+        elif isinstance(error, UpstreamFailure):  # the JSON body broke off before its head
+            flight.fail(error)
+
+    async def _pass_on(
+        self, relay: Relay, flight: Flight, headers: tuple[tuple[str, str], ...]
+    ) -> None:
+        """Open the leader's head and pass the body on. A JSON answer is one message: it
+        is read (up to maxSize) and judged before the head, so that Cache-Status can say
+        whether it was stored."""
+        request, status = self._request, self._status
+        capture = self.capture
+        assert capture is not None
+        if capture.event_stream:
+            flight.open_head(Head(status, headers, cache_status.MISS))
+            await self._deliver(relay.chunks(), flight)
+            return
+        prefix = await relay.read_prefix()
+        if relay.complete:
+            capture.finish()
+            judgement = self._judged()
+            if judgement.leaves is not None:
+                prefix = freshness.rewritten_body(request.message.id, judgement.leaves, False)
+            reason = judgement.verdict.reason
+            flight.open_head(Head(status, headers, cache_status.of_miss(reason), prefix, True))
+            return
+        too_large = cache_status.forwarded("miss", cache_status.detail("too_large"))
+        flight.open_head(Head(status, headers, too_large, prefix))
+        await self._deliver(relay.chunks(), flight)
+
+    async def _deliver(self, chunks: AsyncIterator[bytes], flight: Flight) -> None:
+        """Pass the body on chunk by chunk. Once the capture has seen the final answer,
+        it is judged (and stored) before the chunk that carried it goes on: a caller
+        that has seen its answer can be served from the cache at once."""
+        capture = self.capture
+        assert capture is not None
+        edit: Callable[[bytes], bytes] | None = None
+        async for chunk in chunks:
+            if self.judgement is None:
+                if capture.final_seen:
+                    edit = self._editor(self._judged())
+                elif flight.outcome is None:
+                    early = admission.early_share(self._status, capture, None)
+                    if early is not None:  # the server asked the leader's client
+                        flight.settle(self._outcome(early))
+            if edit is not None:
+                chunk, edit = edit(chunk), None
+            await flight.deliver(chunk)
+
+    def _editor(self, judgement: Judgement) -> Callable[[bytes], bytes] | None:
+        """What rewrites the chunk an answer event ended in, when its hint was rewritten."""
+        capture = self.capture
+        if judgement.leaves is None or capture is None:
+            return None
+        message = freshness.rewritten_body(self._request.message.id, judgement.leaves, False)
+        return freshness.event_editor(capture.final_raw, message)
 
     @property
     def upstream_seconds(self) -> float:
@@ -163,134 +219,102 @@ class Fetch:
         assert self._exchange is not None
         return time.perf_counter() - self._exchange.call.started
 
-    def judged(self, verdict: Verdict, event_stream: bool) -> Verdict:
-        """The answer is judged: store it if it may be, settle the followers' answer."""
+    def _judged(self) -> Judgement:
+        """Have the answer judged from what was seen, and carry the judgement out."""
         request, storage, server = self._request, self._storage, self._request.server
-        assert self._exchange is not None
-        assert self._flight is not None
-        capture = self.capture
-        if self._exchange.id_reused:
-            # Whatever it says, the answer may be another request's: neither kept nor
-            # handed to followers (an error or an uncached result included).
-            verdict = Verdict("id_reused")
-        if verdict.reason is None and storage.invalidator.epoch(server.name) != self._epoch:
-            verdict = Verdict("invalidated")  # fetched before entries were dropped
-        final = capture.final if capture is not None else None
-        # A listing answered for another request, or overtaken by a change the server
-        # announced while it was upstream, teaches nothing.
-        current = verdict.reason not in ("id_reused", "invalidated")
-        learner = self._learner
-        if learner is not None and current and final is not None and "result" in final:
-            held = listing_ttl(final["result"], server.cache.metadata_ttl, server.cache.ttl)
-            storage.invalidator.hints.learn(server.name, final["result"], learner, held)
-        result = final.get("result") if final is not None else None
+        exchange, capture, flight = self._exchange, self.capture, self._flight
+        assert exchange is not None
+        assert capture is not None
+        assert flight is not None
         lookup = request.lookup
-        served = current and isinstance(result, dict) and result.get("isError") is not True
-        if lookup.credential and served and 200 <= self._status < 300:
-            assert storage.credentials is not None  # the upstream served this credential
-            held = lookup.ttl + server.cache.keep_stale  # as long as an entry may answer
-            storage.credentials.accept(lookup.scope, lookup.credential, held)
-        if served and isinstance(result, dict):
-            digest = answer_digest(result)
-            label, now = scope_label(lookup.scope), storage.cache.timer()
-            storage.observations.saw(server.name, label, lookup.key, digest, now)
-        rewrite = final is not None and freshness.overrides(server, request.message.method, final)
-        if rewrite and final is not None:
-            scope = cache_scope(final["result"])
-            everyone = answers.for_everyone(server, request.lookup, scope, self._header_map)
-            verdict = freshness.storable(verdict, final, everyone)
-        verdict = answers.scoped(request.lookup, verdict, self._header_map)
-        ttl = answers.storage_ttl(
-            server, verdict, self._header_map, request.message.method, request.lookup.ttl
+        answer = admission.Answer(
+            self._status,
+            self._header_map,
+            capture,
+            id_reused=exchange.id_reused,
+            overtaken=storage.invalidator.epoch(server.name) != self._epoch,
+            session_ended=bool(lookup.session) and self._exchanges.sessions.ended(lookup.session),
         )
-        verdict = self._store(verdict, event_stream, ttl)
-        if rewrite and verdict.reason is None:
-            self.result = freshness.restated(verdict, ttl)
-            if event_stream and self._relay is not None and capture is not None:
-                message = freshness.rewritten_body(request.message.id, self.result, False)
-                self._relay.edit = freshness.event_editor(capture.final_raw, message)
+        judgement = self.judgement = admission.judge(
+            server, lookup, request.message.method, answer, storage.cache.max_bytes
+        )
+        final, cache = judgement.final, server.cache
+        if judgement.teaches and final is not None and lookup.learner is not None:
+            held = listing_ttl(final["result"], cache.metadata_ttl, cache.ttl)
+            storage.invalidator.hints.learn(server.name, final["result"], lookup.learner, held)
+        if judgement.served and final is not None:
+            if lookup.credential and 200 <= self._status < 300:
+                assert storage.credentials is not None  # the upstream served this credential
+                held = lookup.ttl + cache.keep_stale  # as long as an entry may answer
+                storage.credentials.accept(lookup.scope, lookup.credential, held)
+            label, now = scope_label(lookup.scope), storage.cache.timer()
+            digest = answer_digest(final["result"])
+            storage.observations.saw(server.name, label, lookup.key, digest, now)
+        self._store(judgement, capture.event_stream)
+        if (trace := spans.current.get()) is not None:
+            trace.judged(judgement.verdict.reason, flight.followers)
         # Settled, the flight takes no new followers: with none waiting, nobody reads
         # their share, so it is not built.
-        flight = self._flight
-        assert capture is not None
-        if (trace := spans.current.get()) is not None:
-            trace.judged(verdict.reason, flight.followers)
-        if flight.followers:
-            public = request.lookup.scope.public
-            took = self.upstream_seconds
-            flight.settle(_outcome(self._status, capture, verdict, public, self.result, took))
-        else:
-            flight.settle(ALONE)
-        return verdict
+        flight.settle(self._outcome(judgement.share) if flight.followers else ALONE)
+        return judgement
 
-    def _store(self, verdict: Verdict, event_stream: bool, ttl: float) -> Verdict:
-        """Store a storable answer in memory and, only if memory kept it and it belongs
-        to no legacy session, in the shared tier (without waiting for it); count why not
-        otherwise."""
-        request, storage = self._request, self._storage
-        server, lookup = request.server, request.lookup
-        sessions = self._exchanges.sessions
+    def _store(self, judgement: Judgement, event_stream: bool) -> None:
+        """Store a storable answer in memory and, if it belongs to no legacy session, in
+        the shared tier (without waiting for it); count why not otherwise."""
+        request, storage, server = self._request, self._storage, self._request.server
+        verdict, filed, ttl = judgement.verdict, judgement.filing, judgement.ttl
+        if verdict.reason is not None:
+            storage.metrics.not_stored.labels(server.name, verdict.reason).inc()
+            return
         took = self.upstream_seconds
-        if verdict.reason is None and lookup.session and sessions.ended(lookup.session):
-            verdict = Verdict("invalidated")  # its session ended while it was upstream
-        if verdict.reason is None:
-            filed = answers.filing(server, lookup, verdict, self._header_map)
-            stored = storage.cache.store(
+        storage.cache.store(
+            filed.key,
+            verdict.result,
+            event_stream,
+            ttl,
+            filed.session,
+            server.cache.keep_stale,
+            verdict.ttl_at,
+            scope=filed.scope,
+            layout=verdict.layout,
+            age_note=server.cache.age_note,
+            fetch_seconds=took,
+        )
+        if storage.tier is not None and not filed.session and request.generation is not None:
+            storage.tier.put(
+                request.app_id,
+                server.name,
                 filed.key,
                 verdict.result,
                 event_stream,
                 ttl,
-                filed.session,
-                server.cache.keep_stale,
-                verdict.ttl_at,
-                scope=filed.scope,
-                layout=verdict.layout,
-                age_note=server.cache.age_note,
-                fetch_seconds=took,
+                server.cache.effective_max_size,
+                request.generation,
+                took,
             )
-            if stored is None:
-                verdict = Verdict("over_budget")
-            elif storage.tier is not None and not filed.session and request.generation is not None:
-                storage.tier.put(
-                    request.app_id,
-                    server.name,
-                    filed.key,
-                    verdict.result,
-                    event_stream,
-                    ttl,
-                    server.cache.effective_max_size,
-                    request.generation,
-                    took,
-                )
-        if verdict.reason is not None:
-            storage.metrics.not_stored.labels(server.name, verdict.reason).inc()
-        return verdict
 
-
-def _outcome(
-    status: int,
-    capture: ResponseCapture,
-    verdict: Verdict,
-    public: bool = False,
-    result: bytes | None = None,
-    fetch_seconds: float = 0.0,
-) -> Outcome:
-    """The followers' answer, from the leader's answer as judged so far (`result`: the
-    result as it leaves, when the sidecar rewrote it; `fetch_seconds`: how long the
-    upstream took for it)."""
-    kept = capture.final is not None
-    share = answers.follower_share(status, verdict, capture.final_seen, kept, public)
-    if share == "failed":
-        if status >= 500:
-            return Outcome("failed", upstream_status=status)
-        # A body that timed out is a timeout to the followers too (a 504, not a 502).
-        return Outcome("failed", failure=capture.failure or ENDED_EARLY)
-    if share == "alone" or capture.final is None:
-        return ALONE
-    final = capture.final
-    member = RESULT if "result" in final else ERROR
-    payload = result or orjson.dumps(final["result"] if "result" in final else final["error"])
-    event_stream = capture.event_stream
-    return Outcome(
-        "answer", member, payload, event_stream, verdict.reason, fetch_seconds=fetch_seconds
-    )
+    def _outcome(self, share: FollowerShare) -> Outcome:
+        """The followers' answer, as `share` says, from the leader's answer as judged."""
+        capture = self.capture
+        assert capture is not None
+        if share == "failed":
+            if self._status >= 500:
+                return Outcome("failed", upstream_status=self._status)
+            # A body that timed out is a timeout to the followers too (a 504, not a 502).
+            return Outcome("failed", failure=capture.failure or ENDED_EARLY)
+        judgement = self.judgement
+        final = judgement.final if judgement is not None else None
+        if share == "alone" or judgement is None or final is None:
+            return ALONE
+        member = RESULT if "result" in final else ERROR
+        payload = judgement.leaves or orjson.dumps(
+            final["result"] if "result" in final else final["error"]
+        )
+        return Outcome(
+            "answer",
+            member,
+            payload,
+            capture.event_stream,
+            judgement.verdict.reason,
+            fetch_seconds=self.upstream_seconds,
+        )

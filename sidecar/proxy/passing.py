@@ -1,18 +1,21 @@
 """Forwarding what the cache does not answer: other methods, bypassed calls, GET streams
 and DELETEs. Nothing is stored; a request's answer is still followed, to end a stream
-that breaks before answering with an error the client sees, and to act on it: a write
-invalidates, a `tools/list` teaches read-only hints (`Following`, the exchange's
-observer here).
+that breaks before answering with an error the client sees, and to act on it as
+`admission.forwarded` judges it: a write invalidates, a `tools/list` teaches read-only
+hints (`Following`, which reads the relay on the client's behalf).
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from typing import Final
 
+import anyio
+
 from ..config import Server
-from ..edge.forwarded import ForwardedResponse, StreamedResponse
+from ..edge.forwarded import BrokenBody, ForwardedResponse, StreamedResponse
 from ..edge.incoming import Incoming
-from ..rules import answers, cache_status, policy
+from ..rules import admission, cache_status, policy
 from ..rules.callers import has_credential
 from ..rules.capture import ResponseCapture
 from ..rules.headers import forward_headers, response_headers
@@ -20,6 +23,7 @@ from ..rules.hints import listing_ttl
 from ..rules.messages import Message, Verdict, method_label
 from ..upstream.client import UpstreamFailure
 from ..upstream.exchange import Exchange, Exchanges, Outbound, failure_error
+from ..upstream.relay import Relay
 from .invalidation import Invalidator
 
 FOLLOW_BOUND: Final = 1 << 20
@@ -27,7 +31,7 @@ FOLLOW_BOUND: Final = 1 << 20
 
 
 class Following:
-    """Watches a forwarded request's answer, and acts once it is known: a write tool's
+    """Follows a forwarded request's answer, and acts once it is known: a write tool's
     answer that leaves open that it wrote drops what it invalidates; a `tools/list`
     answer teaches the tools' hints."""
 
@@ -49,10 +53,11 @@ class Following:
         self._exchange = exchange
         self._epoch = epoch
         """The server's invalidation epoch when the request went upstream."""
-        self._done = False
         self._unread = message is not None and message.method is None
         self.capture: ResponseCapture | None = None
         self.follows = False
+        self.verdict: Verdict | None = None
+        """What the answer was judged to be, once it was."""
         self.wrote = False
         """Whether the answer was judged to leave open that it wrote (entries dropped)."""
         # A body the sidecar could not read may still be a write: its answer is followed,
@@ -63,32 +68,55 @@ class Following:
             bound = FOLLOW_BOUND if self.follows else 0
             self.capture = ResponseCapture(message.id, event_stream, bound)
 
-    def judged(self, verdict: Verdict, event_stream: bool) -> Verdict:
-        plan, server = self._plan, self._server
-        if plan.invalidates:
-            # A 202 answers a body of notifications and responses only: nothing it held
-            # was a request, so nothing it held wrote.
-            accepted_only = self._unread and self._status == 202
-            if (
-                not self._done
-                and not accepted_only
-                and answers.write_happened(verdict, self._status)
-            ):
-                self._invalidator.tools(server.name, plan.invalidates, "write")
-                self.wrote = True
-            self._done = True
-        elif plan.learner is not None:
-            assert self.capture is not None  # follows only with a capture
-            final = self.capture.final
-            # A listing answered for another request, or overtaken by a change the server
-            # announced while it was upstream, teaches nothing.
-            current = not self._exchange.id_reused
-            current = current and self._invalidator.epoch(server.name) == self._epoch
-            if current and final is not None and "result" in final:
-                result, cache = final["result"], server.cache
-                ttl = listing_ttl(result, cache.metadata_ttl, cache.ttl)
-                self._invalidator.hints.learn(server.name, result, plan.learner, ttl)
-        return verdict
+    def check(self) -> None:
+        """Act on the answer as soon as what the capture saw says what it was."""
+        if self.follows and self.verdict is None and self.capture is not None:
+            verdict = admission.answer_verdict(self.capture)
+            if verdict is not None:
+                self._act(verdict)
+
+    def ended(self, failure: BaseException | None) -> None:
+        """The body is over (`failure`: how it broke off): act now if not yet."""
+        capture = self.capture
+        if capture is None:
+            return
+        if failure is None:
+            capture.finish()
+        else:
+            capture.fail(failure if isinstance(failure, UpstreamFailure) else None)
+        self.check()
+
+    def _act(self, verdict: Verdict) -> None:
+        plan, server, capture = self._plan, self._server, self.capture
+        self.verdict = verdict
+        final = admission.shareable_final(capture, verdict) if capture is not None else None
+        current = not self._exchange.id_reused
+        current = current and self._invalidator.epoch(server.name) == self._epoch
+        judged = admission.forwarded(plan, self._status, verdict, final, self._unread, current)
+        if judged.wrote:
+            self._invalidator.tools(server.name, plan.invalidates, "write")
+            self.wrote = True
+        if judged.teaches and final is not None and plan.learner is not None:
+            result, cache = final["result"], server.cache
+            ttl = listing_ttl(result, cache.metadata_ttl, cache.ttl)
+            self._invalidator.hints.learn(server.name, result, plan.learner, ttl)
+
+    async def relayed(self, relay: Relay, prefix: bytes) -> AsyncGenerator[bytes, None]:
+        """The body from `prefix` on, read for the client: each chunk goes on once the
+        answer it completes has been acted on; the relay is closed at the end."""
+        error: BaseException | None = None
+        try:
+            async for chunk in relay.chunks(prefix):
+                self.check()
+                yield chunk
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            failure = error.__cause__ if isinstance(error, BrokenBody) else error
+            with anyio.CancelScope(shield=True):
+                self.ended(failure)
+                await relay.close(failure, self.verdict)
 
 
 async def pass_through(
@@ -139,20 +167,28 @@ async def pass_through(
         exchange,
         epoch,
     )
-    relay = exchange.relay(response, following)
+    relay = exchange.relay(response, following.capture)
     headers = response_headers(response.headers)
     status = cache_status.forwarded(plan.fwd, plan.detail)
     if not following.follows or response.event_stream:
-        return StreamedResponse(response.status, headers, status, relay.stream(b""))
+        return StreamedResponse(response.status, headers, status, following.relayed(relay, b""))
     # A JSON answer followed to its end: read it before the headers, so that what it
     # invalidates is gone before the caller can ask again.
     try:
         prefix = await relay.read_prefix()
-    except UpstreamFailure as exc:
-        raise failure_error(server, exc, outbound.request_id) from exc
-    if relay.done:
+    except BaseException as exc:
+        with anyio.CancelScope(shield=True):
+            following.ended(exc)
+            await relay.close(exc, following.verdict)
+        if isinstance(exc, UpstreamFailure):
+            raise failure_error(server, exc, outbound.request_id) from exc
+        raise
+    # Whole, it is read now; past the bound it cannot be: assumed to have written.
+    following.check()
+    if relay.complete:
+        following.ended(None)
+        await relay.close(None, following.verdict)
         if following.wrote:  # the other replicas are told before the caller is answered
             await invalidator.announced(server.name)
         return ForwardedResponse(response.status, headers, status, prefix)
-    following.judged(Verdict("too_large"), False)  # cannot tell how it ended: assume it wrote
-    return StreamedResponse(response.status, headers, status, relay.stream(prefix))
+    return StreamedResponse(response.status, headers, status, following.relayed(relay, prefix))

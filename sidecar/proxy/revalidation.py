@@ -23,7 +23,7 @@ import orjson
 
 from ..cache.entry import Entry
 from ..cache.observations import Revalidated, answer_digest, scope_label
-from ..rules.messages import Verdict
+from ..rules.admission import Judgement
 from ..upstream.exchange import Exchanges
 from ..upstream.flights import Flight
 from .fetching import CacheableRequest, Fetch, Storage
@@ -55,15 +55,15 @@ class Recheck(Fetch):
             if not self._counted:  # the upstream did not answer, or not in full
                 self._count("failed")
 
-    def judged(self, verdict: Verdict, event_stream: bool) -> Verdict:
-        final = self.capture.final if self.capture is not None else None
+    def _judged(self) -> Judgement:
+        judgement = super()._judged()
+        final = judgement.final
         result = final.get("result") if final is not None else None
         if self._status != 200 or not isinstance(result, dict) or result.get("isError"):
             self._count("failed")
-            return super().judged(verdict, event_stream)
+            return judgement
         same = answer_digest(result) == _digest_of(self._entry.result)
         self._count("same" if same else "changed")
-        verdict = super().judged(verdict, event_stream)
         if not same:
             storage, request, key = self._storage, self._request, self._found_under
             # Known out of date: gone unless the new answer took its place (it may be
@@ -72,7 +72,7 @@ class Recheck(Fetch):
                 storage.cache.purge([key])
             if storage.tier is not None and not request.lookup.session:
                 storage.tier.forget(request.app_id, request.server.name, key)
-        return verdict
+        return judgement
 
     def _count(self, result: Revalidated) -> None:
         self._counted = True

@@ -35,7 +35,7 @@ from ..edge.hit import HitResponse
 from ..edge.incoming import Incoming
 from ..edge.origin import OriginPolicy
 from ..metrics import Metrics
-from ..rules import answers, cache_status, policy
+from ..rules import admission, cache_status, policy
 from ..rules.messages import Message, method_label
 from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamClient
@@ -224,7 +224,7 @@ class Proxy:
             return await self._lead(request, joinable=not self.coalescer.running(key))
         now = self.cache.timer()
         stale = self.cache.get_stale(key)
-        if stale is not None and answers.stale_while_revalidating(server, stale.expires_at, now):
+        if stale is not None and admission.stale_while_revalidating(server, stale.expires_at, now):
             if not self.coalescer.running(key):
                 self.coalescer.start(
                     key,
@@ -329,6 +329,6 @@ class Proxy:
         entry = self.cache.get_stale(request.lookup.key)
         if entry is None:
             return None
-        if not answers.stale_on_error(request.server, entry.expires_at, self.cache.timer()):
+        if not admission.stale_on_error(request.server, entry.expires_at, self.cache.timer()):
             return None
         return entry

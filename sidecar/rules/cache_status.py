@@ -62,3 +62,10 @@ def stale_if_error(fwd_status: int | None) -> str:
 MISS: Final = forwarded("miss")
 MISS_STORED: Final = forwarded("miss", stored=True)
 STALE_WHILE_REVALIDATE: Final = f"{HIT}; detail=stale-while-revalidate"
+
+
+def of_miss(reason: str | None) -> str:
+    """`Cache-Status` of a miss whose answer was judged: stored, or why not."""
+    if reason is None:
+        return MISS_STORED
+    return forwarded("miss", detail(reason))

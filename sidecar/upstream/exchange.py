@@ -4,11 +4,11 @@ Every request that goes upstream — forwarded as it is, or fetched for the cach
 `Exchange`: it takes a ticket for its id in its legacy session, opens the call (an
 upstream that does not answer raises `UpstreamFailure`, counted and logged here, with
 the ticket ended), tells the sessions what the upstream answered, and relays the body
-through a `Relay` that shows every chunk to the `Observer` the caller plugs in and ends
-the ticket once the upstream is done with the id. What happens to the answer is the
-observer's: the pass-through follows it (a write invalidates, a `tools/list` teaches
-hints), the cacheable fetch judges, stores and shares it. Notifications that say
-entries are out of date go to `on_notice` whichever observer watches.
+through a `Relay` that shows every chunk to the caller's `ResponseCapture` and ends the
+ticket once the upstream is done with the id. What happens to the answer is the
+caller's, who reads the relay: the pass-through follows it (a write invalidates, a
+`tools/list` teaches hints), the cacheable fetch judges, stores and shares it.
+Notifications that say entries are out of date go to `on_notice` whoever reads.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from ..config import Server
 from ..edge import spans
@@ -25,7 +25,6 @@ from ..edge.errors import UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE, ProxyError
 from ..metrics import Metrics
 from ..rules.callers import SESSION_HEADER
 from ..rules.capture import ResponseCapture
-from ..rules.messages import Verdict
 from ..rules.notices import Notice
 from ..rules.session_ids import ANY_ID, Ticket
 from .client import UpstreamClient, UpstreamFailure, UpstreamResponse
@@ -33,20 +32,6 @@ from .relay import Call, Relay
 from .sessions import LegacySessions
 
 logger = logging.getLogger("mcpcache.sidecar")
-
-
-class Observer(Protocol):
-    """What watches an answer on its way to the client."""
-
-    capture: ResponseCapture | None
-    """Reads the answer as it passes (None: nothing to read, a notification's answer)."""
-    follows: bool
-    """`judged` wants the answer's verdict once it is known."""
-
-    def judged(self, verdict: Verdict, event_stream: bool) -> Verdict:
-        """The answer is judged: act on it; the verdict returned is what it became
-        (stored, or why not)."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,14 +130,14 @@ class Exchange:
         self._status = response.status
         return response
 
-    def relay(self, response: UpstreamResponse, observer: Observer) -> Relay:
-        """The relay of `response`, watched by `observer`."""
+    def relay(self, response: UpstreamResponse, capture: ResponseCapture | None) -> Relay:
+        """The relay of `response`, shown to `capture` as it passes (None: nothing to
+        read, a notification's answer)."""
         return Relay(
             response,
             self.call,
             self._exchanges.metrics,
-            observer.capture,
-            observer.judged if observer.follows else None,
+            capture,
             on_notice=self._notice,
             on_done=self._done,
         )

@@ -8,7 +8,7 @@ wait for the final answer alone, which the flight settles on once the capture ha
 it. `Coalescer` is the registry by key: the key is always the one `policy.plan` gave, so
 two requests share a flight exactly when they would share a cache entry.
 
-Nothing here decides what followers may receive (that is `answers.follower_share`) or
+Nothing here decides what followers may receive (that is `admission.follower_share`) or
 frames an answer (that is `hit`); this module only keeps time, tasks and waiters.
 """
 
@@ -137,10 +137,6 @@ class Flight:
 
     async def deliver(self, chunk: bytes) -> None:
         """Pass a chunk to the leader, if it is still there; never raises for its sake."""
-        capture = self.capture
-        if capture is not None and capture.asked_client:
-            # The answer will depend on what the leader's client replies: not theirs.
-            self.settle(ALONE)
         if self.leader and not await self._channel.send(chunk):
             self.detach_leader()
 

@@ -1,19 +1,20 @@
 """Carrying one upstream response to the client, chunk by chunk, as it arrives.
 
-Each chunk is shown to the response's `ResponseCapture` (when it has one) on its way.
-When the capture has seen the final answer, or the body ends, the relay reports it once
-through `on_final` (the verdict, and whether the answer was an event stream), whose
-returned verdict (stored, or why not) it keeps for `Cache-Status`; and once the body is
-done, `on_done` learns whether the upstream answered. Notifications that say
-cached answers are out of date go to `on_notice` as they pass, before the client sees
-them. The relay never decides anything about the cache itself.
+Each chunk is shown to the response's `ResponseCapture` (when it has one) on its way,
+and then handed to whoever reads the relay: that reader (the cacheable fetch, or the
+forwarding of an uncached request) judges the answer when the capture has seen it,
+before passing the chunk on, and closes the relay when it is done, saying what the
+answer became (stored, or why not) for the log. Once closed, `on_done` learns whether
+the upstream answered. Notifications that say cached answers are out of date go to
+`on_notice` as they pass, before the client sees them. The relay never decides anything
+about the cache, and calls nothing that does.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,6 @@ import anyio
 from ..edge.errors import UPSTREAM_UNAVAILABLE, error_body
 from ..edge.forwarded import BrokenBody
 from ..metrics import Metrics
-from ..rules import cache_status
 from ..rules.capture import ResponseCapture
 from ..rules.messages import Verdict, frame_event
 from ..rules.notices import Notice, NoticeWatch
@@ -48,7 +48,6 @@ class Relay:
         call: Call,
         metrics: Metrics,
         capture: ResponseCapture | None = None,
-        on_final: Callable[[Verdict, bool], Verdict] | None = None,
         on_notice: Callable[[Notice], None] | None = None,
         on_done: Callable[[bool], None] | None = None,
     ) -> None:
@@ -56,7 +55,6 @@ class Relay:
         self.call = call
         self.metrics = metrics
         self.capture = capture
-        self.on_final = on_final
         self.on_notice = on_notice
         self._watch = (
             NoticeWatch()
@@ -64,75 +62,54 @@ class Relay:
             else None
         )
         self.on_done = on_done
+        self.complete = False
+        """The whole body has been read (`read_prefix` reached its end)."""
         self.done = False
-        self.verdict: Verdict | None = None
-        self.edit: Callable[[bytes], bytes] | None = None
-        """Applied once to the next chunk passed on (the one the answer ended in)."""
         self._chunks = response.chunks()
 
     async def read_prefix(self) -> bytes:
-        """Read a JSON body until it ends or outgrows the cap (then the rest streams).
-        A body that breaks off raises `UpstreamFailure`, the response already closed; a
-        read cancelled midway closes it too, and ends the call as unanswered."""
+        """Read a JSON body until it ends (`complete`) or outgrows the cap (then the rest
+        comes from `chunks`). A body that breaks off raises `UpstreamFailure`."""
         assert self.capture is not None
         parts: list[bytes] = []
-        try:
-            async for chunk in self._chunks:
-                self._see(chunk)
-                parts.append(chunk)
-                if self.capture.too_large:
-                    return b"".join(parts)
-        except BaseException as exc:
-            # Shielded: a cancelled read must still release the socket, end the id's
-            # ticket and tell the observer that the answer never came.
-            with anyio.CancelScope(shield=True):
-                await self._close(exc)
-            raise
-        await self._close(None)
+        async for chunk in self._chunks:
+            self._see(chunk)
+            parts.append(chunk)
+            if self.capture.too_large:
+                return b"".join(parts)
+        self.complete = True
         return b"".join(parts)
 
-    async def deliver(self, sink: Callable[[bytes], Awaitable[None]]) -> None:
-        """Fetch the rest of the body with no client attached: in the caller's own task,
-        handing each chunk (and the closing error event of a stream that breaks) to
-        `sink`, which decides who still reads it. The capture sees every chunk either way."""
-        async for chunk in self.stream(b""):
-            await sink(chunk)
-
-    def cache_status(self) -> str:
-        """`Cache-Status` of a miss whose answer has been followed to its end."""
-        reason = self.verdict.reason if self.verdict is not None else "incomplete"
-        if reason is None:
-            return cache_status.MISS_STORED
-        return cache_status.forwarded("miss", cache_status.detail(reason))
-
-    async def stream(self, prefix: bytes) -> AsyncGenerator[bytes, None]:
-        """The body from `prefix` on; raises `BrokenBody` (after a closing error event, on
-        an unanswered event stream) when the upstream's body breaks off."""
-        error: BaseException | None = None
+    async def chunks(self, prefix: bytes = b"") -> AsyncGenerator[bytes, None]:
+        """The body from `prefix` on. An event stream that ends, or breaks off, before
+        its answer ends with an error event the client sees; one that breaks off raises
+        `BrokenBody` (from the `UpstreamFailure`) after it. The reader closes the relay."""
+        if prefix:
+            yield prefix
         try:
-            if prefix:
-                yield prefix
             async for chunk in self._chunks:
                 self._see(chunk)
-                if self.edit is not None:
-                    chunk, self.edit = self.edit(chunk), None
                 yield chunk
-            if self._unanswered():
-                yield self._error_event("ended the stream before answering")
         except UpstreamFailure as exc:
-            error = exc
             if self._unanswered():
                 yield self._error_event(f"failed mid-stream: {exc.cause_name}")
             # Whatever was sent, it is not the whole answer: the client must see a broken
             # transfer, not an ended one.
             raise BrokenBody(exc.cause_name) from exc
-        except BaseException as exc:  # client went away: cancelled or closed
-            error = exc
-            raise
-        finally:
-            # Shielded: a client that goes away must still release the upstream socket.
-            with anyio.CancelScope(shield=True):
-                await self._close(error)
+        if self._unanswered():
+            yield self._error_event("ended the stream before answering")
+
+    async def close(self, error: BaseException | None, verdict: Verdict | None = None) -> None:
+        """Release the upstream's response (once): `error` is how the reading ended, if
+        it did not end whole; `verdict` what the answer became, for the log line."""
+        if self.done:
+            return
+        self.done = True
+        with anyio.CancelScope(shield=True):  # a reader that goes away still releases
+            await self.response.aclose()
+        if self.on_done is not None:
+            self.on_done(self._answered(error))
+        self._report(error, verdict)
 
     def _answered(self, error: BaseException | None) -> bool:
         """Whether the upstream is done with the request: its event stream carried the
@@ -176,24 +153,8 @@ class Relay:
             notices, capture.notices = capture.notices, []
             for notice in notices:
                 self.on_notice(notice)
-        if capture.final_seen and self.verdict is None and self.on_final is not None:
-            self.verdict = self.on_final(capture.finish(), capture.event_stream)
 
-    async def _close(self, error: BaseException | None) -> None:
-        if self.done:
-            return
-        self.done = True
-        await self.response.aclose()
-        capture = self.capture
-        if capture is not None and self.on_final is not None and self.verdict is None:
-            failure = error if isinstance(error, UpstreamFailure) else None
-            verdict = capture.finish() if error is None else capture.fail(failure)
-            self.verdict = self.on_final(verdict, capture.event_stream)
-        if self.on_done is not None:
-            self.on_done(self._answered(error))
-        self._report(error)
-
-    def _report(self, error: BaseException | None) -> None:
+    def _report(self, error: BaseException | None, verdict: Verdict | None) -> None:
         call = self.call
         elapsed = time.perf_counter() - call.started
         self.metrics.observe_upstream(call.server, call.method, elapsed)
@@ -206,7 +167,6 @@ class Relay:
             end = "ok"
         if not logger.isEnabledFor(logging.INFO):
             return
-        verdict = self.verdict
         logger.info(
             "upstream call",
             extra={

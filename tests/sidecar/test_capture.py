@@ -1,5 +1,6 @@
-"""Following one upstream response as it streams past: what it counts, what it notices
-and the verdict it reaches, for JSON bodies and event streams, chunk by chunk."""
+"""Following one upstream response as it streams past: what it counts, what it notices,
+and the verdict `admission` reaches from what it saw, for JSON bodies and event streams,
+chunk by chunk."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from typing import Any
 import orjson
 import pytest
 
-from mcpcache.sidecar.rules.capture import (
-    MIN_EVENT_BOUND,
+from mcpcache.sidecar.rules.admission import (
     WRITE_DEPTH,
-    ResponseCapture,
-    too_deep_to_write,
+    answer_verdict,
+    early_share,
+    shareable_final,
+    too_deep,
 )
+from mcpcache.sidecar.rules.capture import MIN_EVENT_BOUND, ResponseCapture
 from mcpcache.sidecar.rules.messages import Verdict
 from mcpcache.sidecar.rules.notices import Notice
 from mcpcache.sidecar.upstream.client import UpstreamFailure
@@ -39,21 +42,37 @@ def fed(capture: ResponseCapture, *chunks: bytes) -> ResponseCapture:
     return capture
 
 
+def finished(capture: ResponseCapture, refused: Any = None) -> Verdict:
+    """The verdict once the body has ended whole."""
+    capture.finish()
+    verdict = answer_verdict(capture, refused)
+    assert verdict is not None, "an ended body is always judged"
+    return verdict
+
+
+def failed(capture: ResponseCapture, failure: Any = None, refused: Any = None) -> Verdict:
+    """The verdict once the body has broken off."""
+    capture.fail(failure)
+    verdict = answer_verdict(capture, refused)
+    assert verdict is not None, "a broken body is always judged"
+    return verdict
+
+
 def test_a_fresh_capture_has_seen_nothing() -> None:
     capture = ResponseCapture(1, event_stream=True, max_size=10)
     assert (capture.size, capture.final_seen, capture.resumable) == (0, False, False)
     assert (capture.skipped_event, capture.answered, capture.too_large) == (False, False, False)
-    assert capture.verdict is None
-    refused = ResponseCapture(1, event_stream=False, max_size=10, refused="no_store")
-    assert refused.verdict == Verdict("no_store")
+    assert answer_verdict(capture) is None
+    refused = ResponseCapture(1, event_stream=False, max_size=10)
+    assert answer_verdict(refused, "no_store") == Verdict("no_store")
 
 
 def test_a_json_body_in_pieces_is_judged_at_its_end() -> None:
     body = answer(content=[{"type": "text", "text": "hi"}])
     capture = fed(ResponseCapture(1, False, 1 << 10), body[:10], body[10:])
     assert capture.size == len(body)
-    assert capture.verdict is None, "nothing is decided before the end"
-    assert capture.finish() == Verdict(None, b'{"content":[{"type":"text","text":"hi"}]}')
+    assert answer_verdict(capture) is None, "nothing is decided before the end"
+    assert finished(capture) == Verdict(None, b'{"content":[{"type":"text","text":"hi"}]}')
     assert capture.final_seen
 
 
@@ -68,28 +87,28 @@ def test_a_json_body_in_pieces_is_judged_at_its_end() -> None:
     ],
 )
 def test_a_json_body_that_is_not_our_clean_answer_is_not_stored(body: bytes, reason: str) -> None:
-    assert fed(ResponseCapture(1, False, 1 << 10), body).finish() == Verdict(reason)  # type: ignore[arg-type]
+    assert finished(fed(ResponseCapture(1, False, 1 << 10), body)) == Verdict(reason)  # type: ignore[arg-type]
 
 
 def test_a_json_body_over_the_cap_is_too_large_however_it_ends() -> None:
     body = answer(text="x" * 100)
     capture = fed(ResponseCapture(1, False, len(body) - 1), body)
     assert capture.too_large
-    assert capture.finish() == Verdict("too_large")
+    assert finished(capture) == Verdict("too_large")
     exact = fed(ResponseCapture(1, False, len(body)), body)
     assert not exact.too_large
-    assert exact.finish().reason is None
+    assert finished(exact).reason is None
     broken = fed(ResponseCapture(1, False, 1 << 10), body[:5])
-    assert broken.fail() == Verdict("incomplete")
-    assert broken.finish() == Verdict("incomplete"), "decided once"
+    assert failed(broken) == Verdict("incomplete")
+    assert finished(broken) == Verdict("incomplete"), "decided once"
 
 
 def test_a_refused_answer_is_followed_but_keeps_its_refusal() -> None:
-    capture = ResponseCapture(1, True, 1 << 10, refused="set_cookie")
+    capture = ResponseCapture(1, True, 1 << 10)
     fed(capture, event(answer(1, v=1)))
     assert capture.final_seen
-    assert capture.finish() == Verdict("set_cookie")
-    assert capture.fail() == Verdict("set_cookie")
+    assert finished(capture, "set_cookie") == Verdict("set_cookie")
+    assert failed(capture, None, "set_cookie") == Verdict("set_cookie")
 
 
 def test_an_event_stream_is_decided_when_its_answer_event_arrives() -> None:
@@ -98,10 +117,10 @@ def test_an_event_stream_is_decided_when_its_answer_event_arrives() -> None:
     fed(capture, event(answer(1, v=1))[7:])
     assert capture.final_seen
     assert capture.answered
-    assert capture.finish() == Verdict(None, b'{"v":1}')
+    assert finished(capture) == Verdict(None, b'{"v":1}')
     fed(capture, ASK)  # after the answer: counted, not read
     assert capture.size == len(PROGRESS) + len(event(answer(1, v=1))) + len(ASK)
-    assert capture.finish() == Verdict(None, b'{"v":1}')
+    assert finished(capture) == Verdict(None, b'{"v":1}')
 
 
 @pytest.mark.parametrize(
@@ -122,18 +141,18 @@ def test_what_an_event_stream_shows_decides_its_verdict(
     chunks: tuple[bytes, ...], reason: str | None
 ) -> None:
     capture = fed(ResponseCapture(1, True, 1 << 10), *chunks)
-    assert capture.finish().reason == reason
+    assert finished(capture).reason == reason
 
 
 def test_frames_before_the_answer_count_towards_the_cap() -> None:
     final = event(answer(1, v=1))
     capture = fed(ResponseCapture(1, True, len(PROGRESS) + len(final) - 1), PROGRESS, final)
     assert capture.final_seen
-    assert capture.finish() == Verdict("too_large")
+    assert finished(capture) == Verdict("too_large")
     fits = fed(ResponseCapture(1, True, len(PROGRESS) + len(final)), PROGRESS, final)
-    assert fits.finish().reason is None
+    assert finished(fits).reason is None
     cut = fed(ResponseCapture(1, True, 4), PROGRESS)
-    assert cut.finish() == Verdict("too_large"), "too large, and unanswered"
+    assert finished(cut) == Verdict("too_large"), "too large, and unanswered"
 
 
 def test_event_ids_make_a_stream_resumable() -> None:
@@ -150,7 +169,7 @@ def test_an_event_too_large_to_read_may_have_been_the_answer() -> None:
     assert not capture.final_seen
     small = fed(ResponseCapture(1, True, 0), event(answer(1, v=1)))
     assert small.final_seen, "events up to the minimum bound are read even when nothing is kept"
-    assert small.finish() == Verdict("too_large")
+    assert finished(small) == Verdict("too_large")
 
 
 def nested(depth: int) -> Any:
@@ -175,19 +194,21 @@ def test_an_answer_orjson_cannot_write_again_is_too_deep(
     message: dict[str, Any], deep: bool
 ) -> None:
     raw = json.dumps(message, separators=(",", ":")).encode()  # the standard library's, any depth
-    assert too_deep_to_write(orjson.loads(raw), raw) is deep
+    assert too_deep(orjson.loads(raw), raw) is deep
 
 
 def test_an_answer_too_deep_to_write_again_is_judged_but_not_kept() -> None:
     message = {"jsonrpc": "2.0", "id": 1, "result": {"content": [], "d": nested(300)}}
     raw = json.dumps(message).encode()
     capture = fed(ResponseCapture(1, False, 1 << 20), raw)
-    assert capture.finish() == Verdict("too_deep")
-    assert (capture.final_seen, capture.final) == (True, None), "followers forward on their own"
+    assert finished(capture) == Verdict("too_deep")
+    kept = shareable_final(capture, Verdict("too_deep"))
+    assert (capture.final_seen, kept) == (True, None), "followers forward on their own"
     error = json.dumps({"jsonrpc": "2.0", "id": 1, "error": {"code": 1, "data": nested(300)}})
     capture = fed(ResponseCapture(1, False, 1 << 20), error.encode())
-    assert capture.finish() == Verdict("error"), "what it is, though nobody else may have it"
-    assert (capture.final_seen, capture.final) == (True, None), "followers forward on their own"
+    assert finished(capture) == Verdict("error"), "what it is, though nobody else may have it"
+    kept = shareable_final(capture, Verdict("error"))
+    assert (capture.final_seen, kept) == (True, None), "followers forward on their own"
 
 
 def test_the_final_answer_is_kept_with_its_bytes_and_notices_before_it_are_collected() -> None:
@@ -195,7 +216,7 @@ def test_the_final_answer_is_kept_with_its_bytes_and_notices_before_it_are_colle
     updated = b'{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"a"}}'
     final = answer(1, content=[])
     capture = fed(ResponseCapture(1, True, 1 << 20), event(changed), event(updated), event(final))
-    assert capture.finish() == Verdict(None, b'{"content":[]}', scope=None)
+    assert finished(capture) == Verdict(None, b'{"content":[]}', scope=None)
     assert (capture.final, capture.final_raw) == (orjson.loads(final), final)
     assert capture.notices == [Notice("tools"), Notice("resource", "a")]
 
@@ -203,15 +224,24 @@ def test_the_final_answer_is_kept_with_its_bytes_and_notices_before_it_are_colle
 def test_a_body_that_broke_off_keeps_how_it_broke() -> None:
     failure = UpstreamFailure("broken", ConnectionResetError())
     capture = ResponseCapture(1, False, 1 << 20)
-    assert capture.fail(failure) == Verdict("incomplete")
+    assert failed(capture, failure) == Verdict("incomplete")
     assert capture.failure is failure
 
 
 def test_an_answer_of_exactly_max_size_is_kept_for_followers() -> None:
     final = answer(1, content=[])
     capture = fed(ResponseCapture(1, False, len(final)), final)
-    assert capture.finish().reason is None
+    assert finished(capture).reason is None
     assert capture.final == orjson.loads(final)
     larger = fed(ResponseCapture(1, False, len(final) - 1), final)
-    assert larger.finish() == Verdict("too_large")
+    assert finished(larger) == Verdict("too_large")
     assert larger.final is None
+
+
+def test_a_server_request_in_the_stream_leaves_the_followers_alone_at_once() -> None:
+    capture = fed(ResponseCapture(1, event_stream=True, max_size=1 << 16), b"data: {}\n\n")
+    assert early_share(200, capture, None) is None, "nothing known yet: followers wait"
+    fed(capture, b'data: {"jsonrpc":"2.0","id":9,"method":"sampling/createMessage"}\n\n')
+    assert early_share(200, capture, None) == "alone"
+    assert early_share(200, ResponseCapture(1, True, 1 << 16), "no_store") == "alone"
+    assert early_share(503, ResponseCapture(1, True, 1 << 16), "upstream_status") == "failed"

@@ -13,6 +13,7 @@ from typing import Any
 from mcpcache.sidecar.cache.store import ResponseCache
 from mcpcache.sidecar.config import Server
 from mcpcache.sidecar.metrics import Metrics
+from mcpcache.sidecar.rules.admission import answer_verdict
 from mcpcache.sidecar.rules.capture import ResponseCapture
 from mcpcache.sidecar.rules.messages import Verdict
 from mcpcache.sidecar.upstream.exchange import Exchanges, Outbound
@@ -48,18 +49,6 @@ class StalledClient:
         return self.response
 
 
-class Watcher:
-    follows = True
-
-    def __init__(self) -> None:
-        self.capture = ResponseCapture(7, False, 1 << 20)
-        self.verdicts: list[Verdict] = []
-
-    def judged(self, verdict: Verdict, event_stream: bool) -> Verdict:
-        self.verdicts.append(verdict)
-        return verdict
-
-
 async def test_a_read_cancelled_midway_closes_the_response_and_ends_the_ticket() -> None:
     response = StalledResponse()
     sessions = LegacySessions(ResponseCache(16, 1 << 20))
@@ -67,12 +56,20 @@ async def test_a_read_cancelled_midway_closes_the_response_and_ends_the_ticket()
     exchanges = Exchanges(client, Metrics(), sessions, lambda server, notice: None)
     server = Server.model_validate({"name": "s", "url": "http://127.0.0.1:9/mcp"})
     outbound = Outbound("POST", [], b"{}", "tools/call", 7, "session-1", 5.0, ticketed=True)
-    watcher = Watcher()
+    capture = ResponseCapture(7, False, 1 << 20)
+    verdicts: list[Verdict | None] = []
 
     async def fetch() -> None:
+        # As every reader of a relay does: whatever ends the read, the relay is closed.
         exchange = exchanges.start(server, outbound)
-        relay = exchange.relay(await exchange.open(), watcher)
-        await relay.read_prefix()
+        relay = exchange.relay(await exchange.open(), capture)
+        try:
+            await relay.read_prefix()
+        except BaseException as exc:
+            capture.fail(None)
+            verdicts.append(answer_verdict(capture))
+            await relay.close(exc, verdicts[-1])
+            raise
 
     task = asyncio.create_task(fetch())
     await asyncio.wait_for(response.started.wait(), 5)
@@ -81,4 +78,4 @@ async def test_a_read_cancelled_midway_closes_the_response_and_ends_the_ticket()
     await asyncio.gather(task, return_exceptions=True)
     assert response.closed, "the upstream response was left open"
     assert len(sessions.ids) == 0, "the session ticket was never ended"
-    assert [v.reason for v in watcher.verdicts] == ["incomplete"]
+    assert [v.reason for v in verdicts if v is not None] == ["incomplete"]

@@ -149,18 +149,6 @@ async def test_the_leaders_body_is_the_prefix_then_the_chunks_and_ends_broken_if
     assert received == [b"1"]
 
 
-async def test_a_server_request_in_the_stream_leaves_the_followers_alone() -> None:
-    one, _ = flight()
-    one.capture = ResponseCapture(1, event_stream=True, max_size=1 << 16)
-    await one.deliver(b"data: {}\n\n")
-    assert one.outcome is None
-    ask = b'data: {"jsonrpc":"2.0","id":9,"method":"sampling/createMessage","params":{}}\n\n'
-    one.capture.feed(ask)
-    await one.deliver(ask)
-    assert one.outcome is ALONE
-    assert ALONE.kind == "alone"
-
-
 async def test_chunks_for_a_leader_that_left_are_dropped_and_nothing_waits_for_it() -> None:
     one, _ = flight(leader=False)
     for _ in range(LEADER_BUFFER + 1):

@@ -8,7 +8,7 @@ import pytest
 
 from mcpcache.sidecar.cache.store import Scope
 from mcpcache.sidecar.config import Server
-from mcpcache.sidecar.rules import answers, policy
+from mcpcache.sidecar.rules import admission, policy
 from mcpcache.sidecar.rules.hints import ToolHints
 from mcpcache.sidecar.rules.messages import Message, Verdict
 
@@ -89,7 +89,9 @@ def test_the_key_depends_on_the_caller_and_the_credential() -> None:
 )
 def test_response_refusal(status: int, headers: dict[str, str], reason: str | None) -> None:
     lookup = policy.Lookup("k", 30.0, Scope("docs"))
-    assert answers.response_refusal(server(), lookup, status, headers, event_stream=False) == reason
+    assert (
+        admission.response_refusal(server(), lookup, status, headers, event_stream=False) == reason
+    )
 
 
 def lookup(cached: Server, **params: Any) -> policy.Lookup:
@@ -102,7 +104,7 @@ def test_storage_ttl_is_the_shorter_of_the_server_ttl_and_the_result_hint() -> N
     def ttl(cached: Server, cap: float | None = None) -> float:
         verdict = Verdict(None, b"{}", ttl_cap=cap)
         planned = lookup(cached, name="t").ttl
-        return answers.storage_ttl(cached, verdict, {}, "tools/call", planned)
+        return admission.storage_ttl(cached, verdict, {}, "tools/call", planned)
 
     assert ttl(server(ttl="60s")) == 60
     assert ttl(server(ttl="60s"), cap=5) == 5
@@ -185,9 +187,9 @@ def test_only_read_only_tools_caches_what_a_listing_called_read_only() -> None:
 def test_no_cache_on_an_event_stream_is_the_streams_convention_not_a_refusal() -> None:
     lookup = policy.Lookup("k", 30.0, Scope("docs"))
     no_cache = {"cache-control": "no-cache, no-transform"}
-    assert answers.response_refusal(server(), lookup, 200, no_cache, event_stream=True) is None
+    assert admission.response_refusal(server(), lookup, 200, no_cache, event_stream=True) is None
     no_store = {"cache-control": "no-store"}
-    refusal = answers.response_refusal(server(), lookup, 200, no_store, event_stream=True)
+    refusal = admission.response_refusal(server(), lookup, 200, no_store, event_stream=True)
     assert refusal == "no_store"
 
 

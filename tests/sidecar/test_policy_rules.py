@@ -9,7 +9,7 @@ import pytest
 
 from mcpcache.sidecar.cache.store import Scope
 from mcpcache.sidecar.config import Server
-from mcpcache.sidecar.rules import answers, callers, policy
+from mcpcache.sidecar.rules import admission, callers, policy
 from mcpcache.sidecar.rules.key import cache_key, secret_digest
 from mcpcache.sidecar.rules.messages import Message, Verdict, read_message
 
@@ -146,14 +146,14 @@ def test_what_a_shared_cache_may_not_keep(
     headers: dict[str, str], event_stream: bool, reason: str | None
 ) -> None:
     lookup = policy.Lookup("k", 30.0, Scope("docs"), keyed=KEYED)
-    assert answers.response_refusal(server(), lookup, 200, headers, event_stream) == reason
+    assert admission.response_refusal(server(), lookup, 200, headers, event_stream) == reason
 
 
 def test_a_cookie_may_be_ignored_when_the_server_says_so() -> None:
     lookup = policy.Lookup("k", 30.0, Scope("docs"), keyed=KEYED)
     cookie = {"set-cookie": "lb=1"}
     assert (
-        answers.response_refusal(server(ignoreSetCookie=True), lookup, 200, cookie, False) is None
+        admission.response_refusal(server(ignoreSetCookie=True), lookup, 200, cookie, False) is None
     )
 
 
@@ -168,8 +168,8 @@ def test_a_cookie_may_be_ignored_when_the_server_says_so() -> None:
 )
 def test_the_upstreams_lifetime_shortens_the_entry(cache_control: str, ttl: float) -> None:
     headers = {"cache-control": cache_control}
-    assert answers.storage_ttl(server(ttl="60s"), Verdict(None, b"{}"), headers) == ttl
-    capped = answers.storage_ttl(server(ttl="60s"), Verdict(None, b"{}", ttl_cap=2), headers)
+    assert admission.storage_ttl(server(ttl="60s"), Verdict(None, b"{}"), headers) == ttl
+    capped = admission.storage_ttl(server(ttl="60s"), Verdict(None, b"{}", ttl_cap=2), headers)
     assert capped == 2
 
 
@@ -199,10 +199,10 @@ def test_connection_naming_a_keyed_header_is_never_looked_up_even_without_repeat
 def test_stored_lifetimes_follow_the_method_and_the_plan() -> None:
     docs = server(ttl="30s", metadataTTL="5m")
     ok = Verdict(None, b"{}")
-    assert answers.storage_ttl(docs, ok, {}, "tools/list") == 300
-    assert answers.storage_ttl(docs, ok, {}, "tools/call") == 30
-    assert answers.storage_ttl(server(ttl="30s"), ok, {}, "tools/list") == 30
-    assert answers.storage_ttl(docs, ok, {}, "tools/call", planned=7) == 7
+    assert admission.storage_ttl(docs, ok, {}, "tools/list") == 300
+    assert admission.storage_ttl(docs, ok, {}, "tools/call") == 30
+    assert admission.storage_ttl(server(ttl="30s"), ok, {}, "tools/list") == 30
+    assert admission.storage_ttl(docs, ok, {}, "tools/call", planned=7) == 7
 
 
 @pytest.mark.parametrize(
@@ -223,7 +223,7 @@ def test_stored_lifetimes_follow_the_method_and_the_plan() -> None:
 def test_what_collapsed_followers_receive(
     status: int, verdict: Verdict, answered: bool, kept: bool, share: str
 ) -> None:
-    assert answers.follower_share(status, verdict, answered, kept) == share
+    assert admission.follower_share(status, verdict, answered, kept) == share
 
 
 @pytest.mark.parametrize(
@@ -242,8 +242,8 @@ def test_stale_windows_run_from_expiry_for_their_length(
 ) -> None:
     revalidating = server(**({"staleWhileRevalidate": window} if window else {}))
     on_error = server(**({"staleIfError": window} if window else {}))
-    assert answers.stale_while_revalidating(revalidating, 100.0, now) is allowed
-    assert answers.stale_on_error(on_error, 100.0, now) is allowed
+    assert admission.stale_while_revalidating(revalidating, 100.0, now) is allowed
+    assert admission.stale_on_error(on_error, 100.0, now) is allowed
 
 
 @pytest.mark.parametrize(
@@ -266,7 +266,7 @@ def test_stale_windows_run_from_expiry_for_their_length(
 def test_a_write_may_have_happened_unless_its_answer_says_it_did_not(
     reason: str | None, status: int, wrote: bool
 ) -> None:
-    assert answers.write_happened(Verdict(reason), status) is wrote  # type: ignore[arg-type]
+    assert admission.write_happened(Verdict(reason), status) is wrote  # type: ignore[arg-type]
 
 
 def test_the_extra_keyed_headers_are_those_beyond_identity_session_and_version() -> None:

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from mcpcache.sidecar.cache.store import Scope
 from mcpcache.sidecar.config import Server, ServerCache
-from mcpcache.sidecar.rules import answers, arguments, policy
+from mcpcache.sidecar.rules import admission, arguments, policy
 from mcpcache.sidecar.rules.hints import MAX_CALLERS_PER_SERVER, ToolHints, listing_ttl
 from mcpcache.sidecar.rules.messages import Message, Verdict, read_message
 from mcpcache.sidecar.rules.schema_defaults import certain_defaults
@@ -359,7 +359,7 @@ def test_a_result_is_filed_for_everyone_only_as_marked_and_when_nothing_says_oth
 ) -> None:
     s = server(trustPublicHints=True)
     lookup = lookup_for(s, read("doc://x"), {"authorization": "alice"})
-    filed = answers.filing(s, lookup, Verdict(None, b"{}", scope=scope), headers)
+    filed = admission.filing(s, lookup, Verdict(None, b"{}", scope=scope), headers)
     assert (filed.key == lookup.public_key) is public
     assert filed.scope.public is public
     assert (filed.key == lookup.key) is not public
@@ -368,15 +368,15 @@ def test_a_result_is_filed_for_everyone_only_as_marked_and_when_nothing_says_oth
 def test_a_result_of_a_public_tool_the_server_marks_private_is_not_stored() -> None:
     s = server(tools=[{"name": "search", "scope": "public"}])
     lookup = lookup_for(s, call("search", {}), {})
-    assert answers.scoped(lookup, Verdict(None, b"{}", scope="private"), {}).reason == (
+    assert admission.scoped(lookup, Verdict(None, b"{}", scope="private"), {}).reason == (
         "private_result"
     )
-    assert answers.scoped(lookup, Verdict(None, b"{}"), {"set-cookie": "a"}).reason == (
+    assert admission.scoped(lookup, Verdict(None, b"{}"), {"set-cookie": "a"}).reason == (
         "private_result"
     )
-    assert answers.scoped(lookup, Verdict(None, b"{}"), {}).reason is None
+    assert admission.scoped(lookup, Verdict(None, b"{}"), {}).reason is None
     own = lookup_for(server(), call("search", {}), {})
-    assert answers.scoped(own, Verdict(None, b"{}", scope="private"), {}).reason is None
+    assert admission.scoped(own, Verdict(None, b"{}", scope="private"), {}).reason is None
 
 
 @pytest.mark.parametrize("reason", ["error", "tool_error", "ttl_zero", "over_budget"])
@@ -384,9 +384,9 @@ def test_followers_on_a_public_key_share_only_a_stored_answer(reason: Any) -> No
     """The attack: bob's identical call waits on alice's; alice's error (which may name
     her) is not bob's answer when their key is one for every caller."""
     verdict = Verdict(reason)
-    assert answers.follower_share(200, verdict, True, True) == "answer"
-    assert answers.follower_share(200, verdict, True, True, public=True) == "alone"
-    assert answers.follower_share(200, Verdict(None), True, True, public=True) == "answer"
+    assert admission.follower_share(200, verdict, True, True) == "answer"
+    assert admission.follower_share(200, verdict, True, True, public=True) == "alone"
+    assert admission.follower_share(200, Verdict(None), True, True, public=True) == "answer"
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from mcpcache.sidecar.rules.admission import answer_verdict
 from mcpcache.sidecar.rules.capture import ResponseCapture
 from mcpcache.sidecar.rules.sse import Event, EventDecoder
 
@@ -66,4 +67,7 @@ def test_a_capture_judges_only_message_events() -> None:
     capture = ResponseCapture(1, event_stream=True, max_size=1 << 16)
     capture.feed(b'event: other\ndata: {"jsonrpc":"2.0","id":1,"result":{"v":"fake"}}\n\n')
     capture.feed(b'event: message\ndata: {"jsonrpc":"2.0","id":1,"result":{"v":"real"}}\n\n')
-    assert capture.finish().result == b'{"v":"real"}'
+    capture.finish()
+    verdict = answer_verdict(capture)
+    assert verdict is not None
+    assert verdict.result == b'{"v":"real"}'

@@ -21,10 +21,14 @@ listening without a break:
 - **While not listening** (before the first subscription, after a connection dropped,
   a Redis restart, a failover, an ACL without the channel), the router does not answer
   from memory where Redis can answer instead (`listening`): a lookup goes to the tier,
-  whose generation fences off every removed entry. Only when Redis cannot be reached at
-  all (the breaker open, the lookup failed) does memory answer, as it did before
-  replicas spoke to each other: then no replica can fence or announce a removal either,
-  and one made meanwhile reaches this replica's memory on its next subscription.
+  whose generation fences off every removed entry, and no expired entry answers (stale
+  while revalidating, or because the upstream failed): Redis keeps none, so the answer
+  comes from upstream. Only while Redis is out of reach (the breaker open) does memory
+  answer, fresh or stale, as it did before replicas spoke to each other: then no replica
+  can fence or announce a removal either, and one made meanwhile reaches this replica's
+  memory on its next subscription. One lookup that failed, or was not made (the places
+  all taken, the breaker half open, a removal this replica owes), is not that: the
+  request goes upstream.
 - **A silent loss** (no reset, no error) is noticed by a PING on the subscription every
   `PING_EVERY` seconds: a subscription that has not heard from Redis for `SILENT_FOR`
   seconds is given up and made again (a gap as above). That is the one window in which

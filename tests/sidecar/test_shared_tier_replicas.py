@@ -7,11 +7,14 @@ when it hears again."""
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 
-from peers.clients import http_client, unique
+from peers.clients import call_body, call_headers, http_client, post, unique
 from peers.rediscluster import RedisCluster
 from peers.redissentinel import MASTER, RedisSentinel
 from peers.redisserver import RedisServer
@@ -68,6 +71,37 @@ async def in_both_memories(
     assert (await call(second, tool, arguments))[0] == SHARED_HIT
     assert (await call(second, tool, arguments))[0] == HIT
     return text_of(answer)
+
+
+@asynccontextmanager
+async def deaf(redis: RedisServer, sidecar: RunningSidecar) -> AsyncIterator[None]:
+    """While inside, no replica can subscribe (or publish): the ACL lacks the channels
+    and every subscription is cut. `sidecar` has noticed it when this enters."""
+    with redis.client() as admin:
+        admin.execute_command("ACL SETUSER default resetchannels")
+        admin.execute_command("CLIENT KILL TYPE pubsub")
+        try:
+            await async_wait_until(
+                lambda: sidecar.sample("mcpcache_shared_removals_listening") == 0,
+                10,
+                "the subscription to be lost",
+            )
+            yield
+        finally:
+            admin.execute_command("ACL SETUSER default allchannels")
+
+
+async def both_holding_a_doc(
+    make_sidecar: Any, app: Any, redis: RedisServer, **cache: str
+) -> tuple[RunningSidecar, RunningSidecar, str]:
+    """Two replicas of a server whose `update_doc` invalidates `get_doc` (with `cache`'s
+    settings), both holding one document's `get_doc` in memory; that document's name."""
+    document = shared_config(app, redis.url, retryAfter="300ms")
+    document["servers"][0]["cache"] |= {"tools": WRITER_RULES, **cache}
+    first, second = make_sidecar(document), make_sidecar(document)
+    name = unique()
+    await in_both_memories(first, second, "get_doc", {"name": name})
+    return first, second, name
 
 
 async def purge(sidecar: RunningSidecar) -> None:
@@ -247,3 +281,71 @@ async def test_a_forged_message_removes_nothing_of_another_app_and_nothing_unkno
         "the messages to arrive",
     )
     assert (await call(victim, "echo", arguments))[0] == HIT
+
+
+async def test_a_deaf_replica_never_serves_stale_while_revalidate_an_entry_a_write_removed(
+    make_sidecar, json_upstream, own_redis_server
+) -> None:
+    _, app = json_upstream
+    redis = own_redis_server
+    first, second, name = await both_holding_a_doc(
+        make_sidecar, app, redis, ttl="1s", staleWhileRevalidate="1m"
+    )
+    stored = time.monotonic()
+
+    async with deaf(redis, second):
+        await call(first, "update_doc", {"name": name, "text": "while deaf"})
+        await async_wait_until(lambda: time.monotonic() > stored + 1.1, what="the clock")
+        status, _, answer = await call(second, "get_doc", {"name": name})
+    assert text_of(answer).startswith("while deaf for anonymous"), (status, text_of(answer))
+    assert status.startswith("mcpcache; fwd=miss"), status
+
+
+async def test_a_deaf_replica_never_serves_stale_if_error_an_entry_a_write_removed(
+    make_sidecar, own_upstream, own_redis_server
+) -> None:
+    """The upstream fails after another replica's write: without the cache the caller
+    would get an error, and that is what it gets, not the entry the write removed."""
+    _, app = own_upstream
+    redis = own_redis_server
+    first, second, name = await both_holding_a_doc(
+        make_sidecar, app, redis, ttl="1s", staleIfError="1m"
+    )
+    stored = time.monotonic()
+
+    async with deaf(redis, second):
+        await call(first, "update_doc", {"name": name, "text": "while deaf"})
+        await async_wait_until(lambda: time.monotonic() > stored + 1.1, what="the clock")
+        app.stop()
+        response = await post(
+            second.url("s"),
+            call_body(7, "get_doc", {"name": name}),
+            call_headers("get_doc"),
+            10,
+        )
+    assert response.status_code == 502, (response.headers, response.text)
+
+
+async def test_a_deaf_replica_whose_one_lookup_failed_goes_upstream_instead_of_trusting_memory(
+    make_sidecar, json_upstream, own_redis_server
+) -> None:
+    """One lookup that timed out is not Redis out of reach: other replicas still fence
+    and announce removals through it, so memory this replica cannot vouch for does not
+    answer (nor while the places are full, the breaker half open or a removal owed)."""
+    peer, app = json_upstream
+    redis = own_redis_server
+    first, second, name = await both_holding_a_doc(make_sidecar, app, redis)
+    calls = peer.calls["get_doc"]
+
+    async with deaf(redis, second):
+        await call(first, "update_doc", {"name": name, "text": "while deaf"})
+        redis.pause()  # the next lookup times out
+        try:
+            status, _, answer = await call(second, "get_doc", {"name": name})
+        finally:
+            redis.resume()
+    assert second.sample("mcpcache_shared_lookups_total", result="error") == 1
+    assert second.sample("mcpcache_shared_breaker", mcpcache_shared_breaker="closed") == 1
+    assert text_of(answer).startswith("while deaf for anonymous"), (status, text_of(answer))
+    assert status.startswith("mcpcache; fwd=miss"), status
+    assert peer.calls["get_doc"] == calls + 1

@@ -6,23 +6,32 @@ when it hears again."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
+from mcpcache.sidecar.config import SharedCache
+from mcpcache.sidecar.tiers.announcement import Announcement
+from mcpcache.sidecar.tiers.breaker import Failed
+from mcpcache.sidecar.tiers.codec import KeyLayout
+from mcpcache.sidecar.tiers.connect import RedisClient
+from mcpcache.sidecar.tiers.removals import Removals
 from peers.clients import call_body, call_headers, http_client, post, unique
 from peers.rediscluster import RedisCluster
 from peers.redissentinel import MASTER, RedisSentinel
 from peers.redisserver import RedisServer
 from peers.serving import async_wait_until
-from peers.sharedtier import SHARED_HIT, call, shared_config, stored_in_redis, text_of
+from peers.sharedtier import SHARED_HIT, call, new_app, shared_config, stored_in_redis, text_of
 from peers.sidecar import RunningSidecar
 
 pytestmark = pytest.mark.redis
+
+T = TypeVar("T")
 
 HIT = "mcpcache; hit"
 WRITER_RULES = [{"name": "update_doc", "enabled": False, "invalidates": ["get_doc"]}]
@@ -349,3 +358,43 @@ async def test_a_deaf_replica_whose_one_lookup_failed_goes_upstream_instead_of_t
     assert text_of(answer).startswith("while deaf for anonymous"), (status, text_of(answer))
     assert status.startswith("mcpcache; fwd=miss"), status
     assert peer.calls["get_doc"] == calls + 1
+
+
+async def test_a_removal_made_while_the_fence_is_on_its_way_gets_a_generation_of_its_own(
+    redis_server,
+) -> None:
+    """Sequence: a write's new generation lands in Redis; another replica reads it and
+    fetches the old answer; a second write is made here before the SET's reply is read.
+    The second write is announced only under a generation set after it, so that what
+    the other replica stores under the first one is dead on arrival."""
+    settings = SharedCache.model_validate(
+        {"url": redis_server.url, "timeout": "5s", "retryAfter": "60s"}
+    )
+    client, keys = RedisClient(settings, {}), KeyLayout(settings.namespace)
+    app_id = new_app()
+    name = keys.generation(app_id, "s")
+    read_between: list[bytes] = []
+    announced: list[tuple[Announcement, bytes]] = []
+
+    async def run(op: str, call: Callable[[], Awaitable[T]], guarded: bool = True) -> T | Failed:
+        value = await call()  # landed in Redis; its reply not yet read by the removal
+        if op == "set" and not read_between:
+            with redis_server.client() as other_replica:
+                read_between.append(other_replica.get(name))
+            removals.forget_server(app_id, "s", Announcement("s", tools=("second",)))
+        return value
+
+    async def announce(app: str, told: Announcement) -> None:
+        with redis_server.client() as other_replica:
+            announced.append((told, other_replica.get(name)))
+
+    removals = Removals(run, client, keys, settings.retry_after, announce)
+    try:
+        told = removals.forget_server(app_id, "s", Announcement("s", tools=("first",)))
+        await asyncio.wait_for(told, 10)
+    finally:
+        await client.aclose()
+    ((announcement, generation),) = announced
+    assert announcement.tools == ("first", "second")
+    assert read_between[0] is not None
+    assert generation != read_between[0], "the second write was announced unfenced"

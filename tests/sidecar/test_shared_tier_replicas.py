@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import pytest
+import redis as redis_py
 
 from mcpcache.sidecar.config import SharedCache
 from mcpcache.sidecar.tiers.announcement import Announcement
@@ -22,6 +23,7 @@ from mcpcache.sidecar.tiers.codec import KeyLayout
 from mcpcache.sidecar.tiers.connect import RedisClient
 from mcpcache.sidecar.tiers.removals import Removals
 from peers.clients import call_body, call_headers, http_client, post, unique
+from peers.paths import ROOT
 from peers.rediscluster import RedisCluster
 from peers.redissentinel import MASTER, RedisSentinel
 from peers.redisserver import RedisServer
@@ -35,6 +37,7 @@ T = TypeVar("T")
 
 HIT = "mcpcache; hit"
 WRITER_RULES = [{"name": "update_doc", "enabled": False, "invalidates": ["get_doc"]}]
+GUIDE = ROOT / "docs" / "guide" / "shared-tier.md"
 
 
 @pytest.fixture(params=["one", "cluster", "sentinel"])
@@ -111,6 +114,19 @@ async def both_holding_a_doc(
     name = unique()
     await in_both_memories(first, second, "get_doc", {"name": name})
     return first, second, name
+
+
+def per_app_user(redis: RedisServer, app_id: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Create the shared-tier guide's user for one app of namespace `agents`, for
+    `app_id`, exactly as the guide writes it; the URL a sidecar of that app uses."""
+    text = GUIDE.read_text()
+    (line,) = [
+        x for x in text.splitlines() if x.startswith("ACL SETUSER") and "checkout-agent" in x
+    ]
+    with redis.client() as admin:
+        admin.execute_command(line.replace("checkout-agent", app_id).replace("LONG-", "A-"))
+    monkeypatch.setenv("MCPCACHE_SHARED_CACHE_PASSWORD", "A-RANDOM-PASSWORD")
+    return f"redis://mcpcache-agents-{app_id}@127.0.0.1:{redis.port}/0"
 
 
 async def purge(sidecar: RunningSidecar) -> None:
@@ -398,3 +414,59 @@ async def test_a_removal_made_while_the_fence_is_on_its_way_gets_a_generation_of
     assert announcement.tools == ("first", "second")
     assert read_between[0] is not None
     assert generation != read_between[0], "the second write was announced unfenced"
+
+
+async def test_replicas_confined_by_the_guides_per_app_acl_share_entries_and_hear_removals(
+    make_sidecar, json_upstream, own_redis_server, monkeypatch
+) -> None:
+    peer, app = json_upstream
+    app_id = new_app()
+    url = per_app_user(own_redis_server, app_id, monkeypatch)
+    document = shared_config(app, url, app_id, namespace="agents", retryAfter="300ms")
+    document["servers"][0]["cache"]["tools"] = WRITER_RULES
+    first, second = make_sidecar(document), make_sidecar(document)
+    name = unique()
+    await in_both_memories(first, second, "get_doc", {"name": name})  # a shared hit
+    calls = peer.calls["get_doc"]
+
+    await call(first, "update_doc", {"name": name, "text": "confined"})  # its generation
+    await received(second)
+    status, _, answer = await call(second, "get_doc", {"name": name})
+    assert status.startswith("mcpcache; fwd=miss")
+    assert text_of(answer).startswith("confined for anonymous")
+    assert peer.calls["get_doc"] == calls + 1
+    for sidecar in (first, second):
+        assert sidecar.sample("mcpcache_shared_errors_total", op="get", kind="response") == 0
+        assert sidecar.sample("mcpcache_shared_breaker", mcpcache_shared_breaker="closed") == 1
+
+
+async def test_another_apps_user_from_the_guides_acl_can_neither_announce_nor_read_for_an_app(
+    make_sidecar, json_upstream, own_redis_server, monkeypatch
+) -> None:
+    """A message names its app, which a forger writes as it likes: the channel's ACL is
+    what keeps another app's pods from removing this app's entries."""
+    _, app = json_upstream
+    redis = own_redis_server
+    app_id, other = new_app(), new_app()
+    url = per_app_user(redis, app_id, monkeypatch)
+    victim = make_sidecar(shared_config(app, url, app_id, namespace="agents"))
+    arguments = {"text": unique()}
+    await listening(victim)
+    await call(victim, "echo", arguments)
+    assert (await call(victim, "echo", arguments))[0] == HIT
+    per_app_user(redis, other, monkeypatch)
+    shared = victim.sidecar.shared
+    assert shared is not None
+    forged = {
+        "v": 1, "app": app_id, "from": "x", "server": "s", "tools": [], "uri": None,
+        "resources": False, "listings": [], "everything": True, "keys": [],
+    }  # fmt: skip
+    user = f"mcpcache-agents-{other}"
+    with redis.client(username=user, password="A-RANDOM-PASSWORD") as intruder:
+        intruder.publish(shared.keys.channel(other), b"its own channel: allowed")
+        with pytest.raises(redis_py.exceptions.NoPermissionError):
+            intruder.publish(shared.keys.channel(app_id), json.dumps(forged))
+        with pytest.raises(redis_py.exceptions.NoPermissionError):
+            intruder.get(shared.keys.generation(app_id, "s"))
+    assert (await call(victim, "echo", arguments))[0] == HIT
+    assert victim.sample("mcpcache_shared_removal_messages_total", result="received") == 0

@@ -85,9 +85,11 @@ class Removals:
         self, app_id: str, server: str, announcement: Announcement
     ) -> asyncio.Future[None]:
         """Remove one server's entries for one app in the background, and announce
-        `announcement`; done when it has been announced (or given up). Owed at once: the
-        server's entries are not read from the tier again until a generation set after
-        it is in Redis, however long that takes."""
+        `announcement`; done when it has been announced, or as soon as Redis failed to
+        take the new generation (it is announced once Redis does: waiting longer would
+        only delay the caller), or given up. Owed at once: the server's entries are not
+        read from the tier again until a generation set after it is in Redis, however
+        long that takes."""
         place = (app_id, server)
         self._unfenced.add(place)
         untold = self._untold.get(place)
@@ -114,6 +116,7 @@ class Removals:
                 )
                 if isinstance(done, Failed):
                     self._unfenced.add(place)
+                    _settle_waiters(self._untold[place][1])  # owed: no use waiting for it
                     await asyncio.sleep(self._retry_after)
         finally:
             self._owed.pop(place, None)

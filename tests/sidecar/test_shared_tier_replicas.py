@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -470,3 +471,48 @@ async def test_another_apps_user_from_the_guides_acl_can_neither_announce_nor_re
             intruder.get(shared.keys.generation(app_id, "s"))
     assert (await call(victim, "echo", arguments))[0] == HIT
     assert victim.sample("mcpcache_shared_removal_messages_total", result="received") == 0
+
+
+async def test_a_flood_of_refused_messages_is_counted_each_and_logged_once(
+    make_sidecar, json_upstream, redis_server, caplog
+) -> None:
+    _, app = json_upstream
+    document = shared_config(app, redis_server.url)
+    victim = make_sidecar(document)
+    await listening(victim)
+    shared = victim.sidecar.shared
+    assert shared is not None
+    with caplog.at_level(logging.WARNING, logger="mcpcache"):
+        with redis_server.client() as publisher:
+            for n in range(30):
+                publisher.publish(shared.keys.channel(document["appId"]), f"junk {n}")
+        await async_wait_until(
+            lambda: victim.sample("mcpcache_shared_removal_messages_total", result="dropped") == 30,
+            10,
+            "the messages to arrive",
+        )
+    refused = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refused) == 1, [r.getMessage() for r in refused]
+
+
+async def test_writes_during_a_redis_outage_are_answered_without_waiting_for_redis(
+    make_sidecar, json_upstream, own_redis_server
+) -> None:
+    """A write's answer waits (up to twice the timeout) for its removal to be announced;
+    once Redis has refused the removal's generation, it is announced when Redis takes
+    it, and nobody waits for that. With a 3 s timeout, each write would wait 6 s."""
+    peer, app = json_upstream
+    redis = own_redis_server
+    document = shared_config(app, redis.url, timeout="3s", retryAfter="300ms")
+    document["servers"][0]["cache"]["tools"] = WRITER_RULES
+    sidecar = make_sidecar(document)
+    await listening(sidecar)
+    calls = peer.calls["update_doc"]
+
+    redis.kill()
+    for n in range(2):
+        body = call_body(7, "update_doc", {"name": unique(), "text": f"write {n}"})
+        response = await post(sidecar.url("s"), body, call_headers("update_doc"), 3)
+        assert response.status_code == 200
+    assert peer.calls["update_doc"] == calls + 2
+    assert sidecar.sample("mcpcache_shared_removal_messages_total", result="sent") == 0

@@ -333,7 +333,7 @@ class Proxy:
     def _stale(self, key: str) -> Entry | None:
         """The expired entry kept for `key`, unless removals by other replicas may have
         been missed and Redis can be asked instead (tiers.broadcast): Redis keeps no
-        expired entries, so a stale answer then comes from upstream."""
+        expired entries, so the answer then comes from upstream."""
         if self.tier is not None and not self.tier.memory_trusted:
             return None
         return self.cache.get_stale(key)

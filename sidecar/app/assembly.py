@@ -74,8 +74,9 @@ class Sidecar:
             self.metrics,
             ToolHints(),
             on_drop=self._drop_shared,
-            # Waited for before a write's or a purge's answer: SET then PUBLISH.
-            announce_within=2 * current.shared_cache.timeout if current.shared_cache else 0.0,
+            # Waited for before a write's or a purge's answer: SET then PUBLISH, each
+            # bounded by the tier's own timeout (sharedCache changes at the next start).
+            announce_within=2 * self.shared.settings.timeout if self.shared else 0.0,
         )
         self.invalidator.follow_config(current)
         origin_policy = OriginPolicy(current.allowed_hosts)

@@ -44,7 +44,8 @@ class Invalidator:
     """`on_drop(server, announcement)` is told of every removal made here: the shared
     tier, keyed by digest and not by tool, then drops all of that server's entries for
     the app (more than needed, never less: other replicas fetch again) and announces
-    the removal; the future it returns is done once it has been announced.
+    the removal; the future it returns is done once it has been announced (or Redis
+    refused the fence: it is announced when Redis takes it, and nobody waits for that).
     `announce_within`: how long `announced` waits for that."""
 
     def __init__(

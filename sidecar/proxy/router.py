@@ -37,7 +37,7 @@ from ..edge.origin import OriginPolicy
 from ..metrics import Metrics
 from ..rules import admission, cache_status, policy
 from ..rules.messages import Message, method_label
-from ..tiers.redis_tier import RedisTier
+from ..tiers.redis_tier import RedisTier, TierRead
 from ..upstream.client import UpstreamClient
 from ..upstream.exchange import Exchanges, failure_error
 from ..upstream.flights import Coalescer, Flight
@@ -136,9 +136,10 @@ class Proxy:
         generation = None
         if self.tier is not None and not plan.session:
             # Answers given inside a legacy session end with it: they stay in memory.
-            entry, generation = await self._tier_lookup(self.tier, config.app_id, server, plan)
-            unreached = generation is None and self.invalidator.epoch(server.name) == epoch
-            if doubted is not None and entry is None and unreached:  # Redis out of reach
+            entry, found = await self._tier_lookup(self.tier, config.app_id, server, plan)
+            generation = found.generation
+            unreached = found.out_of_reach and self.invalidator.epoch(server.name) == epoch
+            if doubted is not None and entry is None and unreached:  # the breaker open
                 app_id = config.app_id
                 return self.hits.answer(incoming, server, message, plan, method, app_id, doubted)
             if unverified:  # looked up for its generation, to write its answer under
@@ -160,12 +161,13 @@ class Proxy:
 
     async def _tier_lookup(
         self, tier: RedisTier, app_id: str, server: Server, plan: policy.Lookup
-    ) -> tuple[Entry | None, bytes | None]:
+    ) -> tuple[Entry | None, TierRead]:
         """The Redis tier's entry for this lookup (verified there), copied into memory
         for the rest of its life, as long as its own policy allows (a tool rule's TTL
         included) and never longer than Redis says is left; None on a miss or when Redis
-        is out of reach. With it, the server's generation in the tier as the lookup read
-        it (None: unknown), under which an answer fetched now is written there.
+        was not read. With it, what the lookup found: the server's generation in the tier
+        as it was read (None: unknown), under which an answer fetched now is written
+        there, and whether Redis was out of reach.
 
         The copy is filed under the lookup's scope, as an answer fetched here would be,
         so that every removal (a purge, a write's invalidation, a notification) finds
@@ -175,10 +177,10 @@ class Proxy:
             app_id, server.name, plan.key, server.cache.effective_max_size, plan.ttl
         )
         if self.invalidator.epoch(server.name) != epoch:
-            return None, None
+            return None, TierRead(None, 0.0, None)
         value, remaining = found.entry, found.remaining
         if value is None:
-            return None, found.generation
+            return None, found
         age = max(0.0, tier.clock() - value.stored_at)
         copy = (value.result, value.event_stream, remaining)
         keep, ttl_at, scope = server.cache.keep_stale, value.ttl_at, plan.scope
@@ -189,7 +191,7 @@ class Proxy:
         ) or self.cache.make_entry(  # larger than the whole memory budget: served, not kept
             *copy, keep_stale=keep, ttl_at=ttl_at, age=age, scope=scope, fetch_seconds=took
         )  # fmt: skip
-        return entry, found.generation
+        return entry, found
 
     def _route(self, incoming: Incoming, config: SidecarConfig, server_name: str) -> Server:
         """The listener's guards, then the named server."""
@@ -223,7 +225,7 @@ class Proxy:
         if request.unverified:  # its own way up; a verified caller may wait on it
             return await self._lead(request, joinable=not self.coalescer.running(key))
         now = self.cache.timer()
-        stale = self.cache.get_stale(key)
+        stale = self._stale(key)
         if stale is not None and admission.stale_while_revalidating(server, stale.expires_at, now):
             if not self.coalescer.running(key):
                 self.coalescer.start(
@@ -326,9 +328,17 @@ class Proxy:
     def _stale_on_error(self, request: CacheableRequest) -> Entry | None:
         if request.unverified:  # an entry for every caller: not for an unchecked caller
             return None
-        entry = self.cache.get_stale(request.lookup.key)
+        entry = self._stale(request.lookup.key)
         if entry is None:
             return None
         if not admission.stale_on_error(request.server, entry.expires_at, self.cache.timer()):
             return None
         return entry
+
+    def _stale(self, key: str) -> Entry | None:
+        """The expired entry kept for `key`, unless removals by other replicas may have
+        been missed and Redis can be asked instead (tiers.broadcast): Redis keeps no
+        expired entries, so the answer then comes from upstream."""
+        if self.tier is not None and not self.tier.memory_trusted:
+            return None
+        return self.cache.get_stale(key)

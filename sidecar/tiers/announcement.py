@@ -8,9 +8,12 @@ concerns. A write's `invalidates` rules that match recorded argument values are 
 their tool globs: more than the sender removed, never less.
 
 A message is read as untrusted input: it crossed a store other programs can write to.
-Only removals can follow from one (nothing is ever stored or learnt from a message), only
-in the app it names, which must be the reader's own (its channel is the app's, as its
-keys are), within bounds on its size and on every field; anything else is refused.
+Only removals can follow from one (nothing is ever stored or learnt from a message),
+within bounds on its size, on every field, and on the work its tool globs cost a reader;
+anything else is refused. It names its app, which must be the reader's own (its channel
+is the app's, as its keys are): a check that it reached the right readers, not a defence,
+since whoever may publish on the channel can write the right app. The Redis ACL on the
+channel is the only boundary (see the shared-tier guide).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from typing import Final
 
 import orjson
 
+from ..cache.globs import pattern_length
+
 VERSION: Final = 1
 MAX_MESSAGE: Final = 16 * 1024
 """The largest message read; a removal is a handful of names."""
@@ -28,6 +33,10 @@ MAX_NAMES: Final = 64
 """At most this many tool globs, list methods or keys in one message."""
 MAX_NAME: Final = 512
 """The longest server name, tool glob or resource URI accepted in a message."""
+MAX_PATTERN: Final = 1024
+"""The most characters of tool globs to compile (`cache.globs.pattern_length`) in one
+message; more is read as every entry of the server (and so written): at most some 15 ms
+of a reader's event loop for one message's globs, whatever it holds."""
 LISTINGS: Final = frozenset(
     {"tools/list", "resources/list", "resources/templates/list", "prompts/list"}
 )
@@ -90,6 +99,7 @@ def encode(app_id: str, sender: str, announcement: Announcement) -> bytes:
 def _too_many(a: Announcement) -> bool:
     names = (*a.tools, *a.listings, a.uri or "")
     too_long = any(len(name) > MAX_NAME for name in names)
+    too_long = too_long or pattern_length(a.tools) > MAX_PATTERN
     return too_long or max(len(a.tools), len(a.listings), len(a.keys)) > MAX_NAMES
 
 
@@ -117,6 +127,8 @@ def decode(raw: bytes, app_id: str) -> tuple[str, Announcement] | None:
         return None
     if not set(listings) <= LISTINGS or not all(_KEY.fullmatch(key) for key in keys):
         return None
+    if pattern_length(tools) > MAX_PATTERN:  # more than needed, never less
+        return sender, Announcement(server, everything=True)
     announcement = Announcement(
         server, tuple(tools), uri, flags[0], tuple(listings), flags[1], tuple(keys)
     )

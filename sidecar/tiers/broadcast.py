@@ -21,19 +21,26 @@ listening without a break:
 - **While not listening** (before the first subscription, after a connection dropped,
   a Redis restart, a failover, an ACL without the channel), the router does not answer
   from memory where Redis can answer instead (`listening`): a lookup goes to the tier,
-  whose generation fences off every removed entry. Only when Redis cannot be reached at
-  all (the breaker open, the lookup failed) does memory answer, as it did before
-  replicas spoke to each other: then no replica can fence or announce a removal either,
-  and one made meanwhile reaches this replica's memory on its next subscription.
+  whose generation fences off every removed entry, and no expired entry answers (stale
+  while revalidating, or because the upstream failed): Redis keeps none, so the answer
+  comes from upstream. Only while Redis is out of reach (the breaker open) does memory
+  answer, fresh or stale, as it did before replicas spoke to each other: then no replica
+  can fence or announce a removal either, and one made meanwhile reaches this replica's
+  memory on its next subscription. One lookup that failed, or was not made (the places
+  all taken, the breaker half open, a removal this replica owes), is not that: the
+  request goes upstream.
 - **A silent loss** (no reset, no error) is noticed by a PING on the subscription every
   `PING_EVERY` seconds: a subscription that has not heard from Redis for `SILENT_FOR`
   seconds is given up and made again (a gap as above). That is the one window in which
   an announcement may be lost unseen; a write's own replica has always dropped its copy.
 
-A message never stores or teaches anything, names its app (refused unless it is the
-reader's, whose channel it arrived on), and is bounded in every field; what one can do
-is what a write of the app's tools through this replica can do already: remove entries.
-A replica's own messages come back to it and are ignored (they carry its random id).
+A message never stores or teaches anything and is bounded in every field and in the
+work it costs (`announcement`); what one can do is what a write of the app's tools
+through this replica can do already: remove entries. Whoever may publish on the channel
+can send one, naming the right app: the Redis ACL on the channel (per namespace, or per
+app) is the only boundary. A replica's own messages come back to it and are ignored
+(they carry its random id). A refused message is counted, and logged at most once every
+`REFUSED_LOG_EVERY` seconds (a publisher could otherwise flood the log).
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ PING_EVERY: Final = 1.0
 """Seconds of quiet on the subscription after which it is asked for a PONG."""
 SILENT_FOR: Final = 3.0
 """Seconds without a word from Redis after which the subscription is given up."""
+REFUSED_LOG_EVERY: Final = 60.0
+"""Seconds between two warnings of refused messages (each is counted in the metrics)."""
 _MESSAGES: Final = ("message", "smessage")
 _CONFIRMED: Final = ("subscribe", "ssubscribe")
 _ENDED: Final = ("unsubscribe", "sunsubscribe")
@@ -90,6 +99,9 @@ class Broadcast:
         """This replica's id in its messages, to know its own when they come back."""
         self.listening = False
         """Subscribed without a break since memory was last dropped for a gap."""
+        self._refused = 0
+        """Messages refused since the last warning of them."""
+        self._warned_at: float | None = None
 
     async def listen(
         self, on_message: Callable[[Announcement], object], on_gap: Callable[[], object]
@@ -151,7 +163,14 @@ class Broadcast:
         read = decode(data, self.app_id) if isinstance(data, bytes) else None
         if read is None:
             self._metrics.messages.labels("dropped").inc()
-            logger.warning("removal announcements: refused a message")
+            self._refused += 1
+            now = time.monotonic()
+            if self._warned_at is None or now - self._warned_at >= REFUSED_LOG_EVERY:
+                logger.warning(
+                    "removal announcements: refused messages since the last warning",
+                    extra={"refused": self._refused},
+                )
+                self._warned_at, self._refused = now, 0
             return
         sender, announcement = read
         if sender == self.sender:

@@ -58,12 +58,18 @@ MAX_PENDING_WRITES: Final = 64
 @dataclass(frozen=True, slots=True)
 class TierRead:
     """What one lookup found: the verified entry (None on a miss) with its remaining life,
-    and the server's generation as it was read (None when Redis was out of reach: an
-    answer fetched after such a lookup is not written, its generation being unknown)."""
+    and the server's generation as it was read (None when Redis was not read: an answer
+    fetched after such a lookup is not written, its generation being unknown).
+
+    `out_of_reach`: Redis was not read because it is out of reach, the breaker open (not
+    merely one failed or skipped lookup: a burst that filled the places, one timeout, a
+    half-open breaker's probe elsewhere, a removal this replica still owes). Only then may
+    memory this replica cannot vouch for answer instead (`broadcast`)."""
 
     entry: TierEntry | None
     remaining: float
     generation: bytes | None
+    out_of_reach: bool = False
 
 
 class RedisTier:
@@ -112,6 +118,13 @@ class RedisTier:
         """Redis is being skipped after failures (the breaker is open)."""
         return self._breaker.state == "open"
 
+    @property
+    def memory_trusted(self) -> bool:
+        """Whether memory may answer without Redis having been read for it: while
+        listening, or while Redis is out of reach (`broadcast`). A stale entry (served
+        while it is fetched again, or because the upstream failed) is served only then."""
+        return self.listening or self.out_of_reach
+
     async def listen(
         self,
         app_id: str,
@@ -159,13 +172,13 @@ class RedisTier:
         no entry on a miss, a refused value, or Redis out of reach."""
         if self.removals.owed(app_id, server):  # entries of before a removal could be read
             self.metrics.lookups.labels("skipped").inc()
-            return TierRead(None, 0.0, None)
+            return TierRead(None, 0.0, None, self.out_of_reach)
         name = self.keys.entry(app_id, server, key)
         generation_name = self.keys.generation(app_id, server)
         values = await self._run("get", partial(self._client.get_two, name, generation_name))
         if isinstance(values, Failed):
             self.metrics.lookups.labels(values.label).inc()
-            return TierRead(None, 0.0, None)
+            return TierRead(None, 0.0, None, self.out_of_reach)
         value, generation = values
         generation = generation if isinstance(generation, bytes) else b""
         if value is None:

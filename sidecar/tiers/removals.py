@@ -14,7 +14,10 @@ an incident is never lost.
 
 Once the new generation is in Redis, and not before (a replica told earlier could copy
 the old entry back from the tier), the removal is announced to the other replicas
-(`broadcast`); removals that came while one was owed are announced together.
+(`broadcast`); removals that came while one was owed are announced together. A removal
+made while the SET is on its way is not fenced by it (the SET may have landed before
+the removal, and a replica may have read that generation and fetched the old answer):
+another generation follows, and the announcement waits for it.
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ class Removals:
         """Removals whose new generation is not in Redis yet, by app and server."""
         self._untold: dict[tuple[str, str], tuple[Announcement, asyncio.Future[None]]] = {}
         """What the owed removals will announce, and when that is done."""
+        self._unfenced: set[tuple[str, str]] = set()
+        """Places with a removal made since their last SET was sent."""
 
     def owed(self, app_id: str, server: str) -> bool:
         return (app_id, server) in self._owed
@@ -80,12 +85,15 @@ class Removals:
         self, app_id: str, server: str, announcement: Announcement
     ) -> asyncio.Future[None]:
         """Remove one server's entries for one app in the background, and announce
-        `announcement`; done when it has been announced (or given up). Owed at once: the
-        server's entries are not read from the tier again until the new generation is in
-        Redis, however long that takes."""
+        `announcement`; done when it has been announced, or as soon as Redis failed to
+        take the new generation (it is announced once Redis does: waiting longer would
+        only delay the caller), or given up. Owed at once: the server's entries are not
+        read from the tier again until a generation set after it is in Redis, however
+        long that takes."""
         place = (app_id, server)
+        self._unfenced.add(place)
         untold = self._untold.get(place)
-        if untold is not None:  # the generation still to be set comes after this one too
+        if untold is not None:  # announced with the one owed, after a generation of its own
             self._untold[place] = (untold[0].merged(announcement), untold[1])
             return untold[1]
         told: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -95,25 +103,29 @@ class Removals:
 
     async def _settle(self, app_id: str, server: str) -> None:
         """Set the server's new generation, trying every `retry_after` until Redis takes
-        it (whatever the breaker says), announce the removals, then free the old entries'
-        memory."""
+        it (whatever the breaker says), and again while removals came during a SET;
+        announce the removals, then free the old entries' memory."""
+        place = (app_id, server)
         name = self._keys.generation(app_id, server)
         try:
-            while True:
+            while place in self._unfenced:
+                self._unfenced.discard(place)  # sent: what comes from now on needs another
                 generation = secrets.token_hex(GENERATION_LENGTH // 2)
                 done = await self._run(
                     "set", partial(self._client.set, name, generation), guarded=False
                 )
-                if not isinstance(done, Failed):
-                    break
-                await asyncio.sleep(self._retry_after)
+                if isinstance(done, Failed):
+                    self._unfenced.add(place)
+                    _settle_waiters(self._untold[place][1])  # owed: no use waiting for it
+                    await asyncio.sleep(self._retry_after)
         finally:
-            self._owed.pop((app_id, server), None)
-            announcement, told = self._untold.pop((app_id, server))
+            self._owed.pop(place, None)
+            self._unfenced.discard(place)
+            announcement, told = self._untold.pop(place)
         try:
             await self._announce(app_id, announcement)
         finally:
-            told.set_result(None)
+            _settle_waiters(told)
         await self.delete_matching(self._keys.server_pattern(app_id, server))
 
     async def delete_matching(self, pattern: str) -> int:
@@ -144,7 +156,12 @@ class Removals:
         """Give up the removals still owed (nothing reads this replica's tier any more)."""
         owed = list(self._owed.values())
         for _, told in self._untold.values():
-            told.set_result(None)  # given up: nobody waits on it any more
+            _settle_waiters(told)  # given up: nobody waits on it any more
         for removal in owed:
             removal.cancel()
         await asyncio.gather(*owed, return_exceptions=True)
+
+
+def _settle_waiters(told: asyncio.Future[None]) -> None:
+    if not told.done():
+        told.set_result(None)

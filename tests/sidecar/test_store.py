@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import fnmatch
+
 import orjson
+import pytest
 
 from mcpcache.sidecar.cache.store import EvictionReason, ResponseCache, Scope
 from mcpcache.sidecar.rules.messages import encode_result
@@ -243,3 +246,28 @@ def test_entries_set_directly_with_one_expiry_are_told_apart() -> None:
     cache["b"] = entry  # the same expiry: the heap orders them by their new sequence
     assert set(cache) == {"a", "b"}
     assert cache["a"].seq != cache["b"].seq
+
+
+def test_a_removals_tool_globs_are_matched_once_per_tool_name_not_once_per_entry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Argument digests give every entry of a tool a scope of its own, and a removal's
+    globs may come from another replica's message: matching them costs globs times
+    the server's tool names, however many entries those tools have."""
+    cache, _, _ = make(max_entries=3000, max_bytes=1 << 20)
+    tools = ("get_doc", "search", "list_issues")
+    for n in range(3000):
+        digest = (("name", f"{n:064x}"),)
+        scope = Scope("docs", tool=tools[n % 3], arguments=digest)
+        cache.store(f"k{n}", b"1", False, ttl=60, scope=scope)
+    matches: list[str] = []
+    match = fnmatch.fnmatchcase
+
+    def counted(name: str, pattern: str) -> bool:
+        matches.append(name)
+        return match(name, pattern)
+
+    monkeypatch.setattr(fnmatch, "fnmatchcase", counted)
+    globs = [f"{'*x' * 250}{n}" for n in range(63)] + ["get_*"]
+    assert len(cache.keys_for("docs", tools=globs)) == 1000
+    assert len(matches) <= len(tools) * len(globs)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import struct
 
+import orjson
 import pytest
 
 from mcpcache.sidecar.rules.messages import encode_result
+from mcpcache.sidecar.tiers import announcement
 from mcpcache.sidecar.tiers.breaker import FAILED, POOL_FULL, SKIPPED, Breaker, Failed
 from mcpcache.sidecar.tiers.codec import MAGIC, KeyLayout, TierEntry, decode, encode, glob_escape
 from peers.clock import Clock
@@ -208,3 +210,24 @@ def test_an_operation_that_did_not_happen_says_why_in_its_metric_label() -> None
 
 def test_an_operation_that_did_not_happen_keeps_the_label_it_was_given() -> None:
     assert Failed("timeout").label == "timeout"
+
+
+def test_a_message_whose_globs_would_cost_too_much_to_match_reads_as_every_entry() -> None:
+    """Matching compiles each glob with wildcards: past MAX_PATTERN characters of them, a
+    message removes every entry of its server (as a sender writes it), and costs a
+    reader no more; plain tool names are compared, not compiled, and stay as they are."""
+    heavy = tuple(f"{'*x' * 250}{n}" for n in range(3))
+    forged = {
+        "v": 1, "app": "app", "from": "x", "server": "s", "tools": list(heavy), "uri": None,
+        "resources": False, "listings": [], "everything": False, "keys": [],
+    }  # fmt: skip
+    every = ("x", announcement.Announcement("s", everything=True))
+    assert announcement.decode(orjson.dumps(forged), "app") == every
+    assert (
+        announcement.decode(
+            announcement.encode("app", "x", announcement.Announcement("s", tools=heavy)), "app"
+        )
+        == every
+    )
+    plain = announcement.Announcement("s", tools=tuple(f"{'t' * 500}{n}" for n in range(3)))
+    assert announcement.decode(announcement.encode("app", "x", plain), "app") == ("x", plain)

@@ -25,6 +25,14 @@ every wrong answer comes from the cache's rules.
 
     python benchmarks/replay.py --a-python /path/to/other/venv/bin/python [--quick]
 
+A call is a hit when the upstream's ledger shows it did not run (the `Cache-Status` the
+client saw says whether memory or the shared tier answered it); the seconds saved are the
+upstream's own service times of the calls that right answers from the cache avoided.
+The replicas' tier timeout is 250 ms, not the product's 50 ms: on a loaded machine a
+sidecar's event loop alone can take 50 ms. Writes to the tier are made after the answer,
+as in production, so a shared hit now and then depends on timing; everything else in the
+trace is fixed by the seed.
+
 Prints a table of the worlds side by side and writes `results/replay.json`. Exits 1 when
 any answer of build B was wrong or any call of B failed.
 """
@@ -51,7 +59,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from replay_store import Store, service_seconds
 from replay_trace import USERS, Op, trace
-from run_all import LOAD_CORE, RESULTS, _pinned, free_port, p, process, wait_ready
+from run_all import LOAD_CORE, RESULTS, _pinned, free_port, p, wait_ready
 from shared_tier import redis_server
 
 HERE = Path(__file__).resolve().parent
@@ -287,37 +295,46 @@ def _wrong_kind(world: World, op: Op, text: str, ran: bool) -> str:
     return "other"
 
 
-@contextmanager
-def sidecars(python: str, configs: list[dict[str, Any]], workdir: Path) -> Iterator[list[str]]:
-    """One sidecar process per config, started together, run by `python`."""
-    started: list[tuple[subprocess.Popen[bytes], str, str]] = []
-    try:
-        for config in configs:
-            listen, metrics = free_port(), free_port()
-            config = config | {
-                "listen": {"host": "127.0.0.1", "port": listen},
-                "metrics": {"host": "127.0.0.1", "port": metrics},
-            }
-            path = workdir / f"sidecar-{listen}.json"
-            path.write_text(json.dumps(config))
-            args = [python, "-m", "mcpcache.sidecar.cli", "sidecar", "--config", str(path)]
-            with (workdir / f"sidecar-{listen}.log").open("wb") as log:
-                proc = subprocess.Popen(
-                    _pinned([*args, "--log-level", "WARNING"], 1),
-                    stdout=subprocess.DEVNULL,
-                    stderr=log,
-                )
-            started.append(
-                (proc, f"http://127.0.0.1:{listen}/mcp/docs", f"http://127.0.0.1:{metrics}/readyz")
+class Processes:
+    """The processes of every world, started together (each takes seconds to import its
+    libraries, on a machine that may be busy) and ended by their own handles."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.started: list[subprocess.Popen[bytes]] = []
+        self.ready_urls: list[str] = []
+
+    def start(self, args: list[str], ready_url: str, core: int) -> None:
+        log = self.workdir / f"process-{len(self.started)}.log"
+        with log.open("wb") as stderr:
+            self.started.append(
+                subprocess.Popen(_pinned(args, core), stdout=subprocess.DEVNULL, stderr=stderr)
             )
-        for _, _, ready in started:
-            wait_ready(ready, 60)
-        yield [url for _, url, _ in started]
-    finally:
-        for proc, _, _ in started:
-            proc.terminate()
-        for proc, _, _ in started:
-            proc.wait(10)
+        self.ready_urls.append(ready_url)
+
+    def sidecar(self, python: str, document: dict[str, Any]) -> str:
+        """A sidecar run by `python` (so from that interpreter's install); its MCP URL."""
+        listen, metrics = free_port(), free_port()
+        document = document | {
+            "listen": {"host": "127.0.0.1", "port": listen},
+            "metrics": {"host": "127.0.0.1", "port": metrics},
+        }
+        path = self.workdir / f"sidecar-{listen}.json"
+        path.write_text(json.dumps(document))
+        args = [python, "-m", "mcpcache.sidecar.cli", "sidecar", "--config", str(path)]
+        args += ["--log-level", "WARNING"]
+        self.start(args, f"http://127.0.0.1:{metrics}/readyz", 1)
+        return f"http://127.0.0.1:{listen}/mcp/docs"
+
+    def wait_ready(self) -> None:
+        for url in self.ready_urls:
+            wait_ready(url, 120)
+
+    def stop(self) -> None:
+        for process in self.started:
+            process.terminate()
+        for process in self.started:
+            process.wait(10)
 
 
 @contextmanager
@@ -326,22 +343,22 @@ def worlds(
 ) -> Iterator[list[World]]:
     """Every build under every config: each its own upstream, Redis and replicas."""
     with ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-")))
+        processes = Processes(Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        stack.callback(processes.stop)
         made = []
         for config in configs:
             for build, python in builds.items():
                 world = World(build, config, python)
                 port = free_port()
-                args = [sys.executable, str(HERE / "replay_store.py"), "--port", str(port)]
-                ledger = f"http://127.0.0.1:{port}/ledger"
-                stack.enter_context(process([*args, "--seed", str(seed)], ledger, LOAD_CORE))
                 world.upstream = f"http://127.0.0.1:{port}"
                 world.store = Store(seed)
-                redis_url = stack.enter_context(redis_server())
-                made.append((world, [world.sidecar_config(redis_url)] * replicas))
-        for world, documents in made:
-            world.replicas = stack.enter_context(sidecars(world.python, documents, workdir))
-        yield [world for world, _ in made]
+                args = [sys.executable, str(HERE / "replay_store.py"), "--port", str(port)]
+                processes.start([*args, "--seed", str(seed)], f"{world.upstream}/ledger", LOAD_CORE)
+                document = world.sidecar_config(stack.enter_context(redis_server()))
+                world.replicas = [processes.sidecar(python, document) for _ in range(replicas)]
+                made.append(world)
+        processes.wait_ready()
+        yield made
 
 
 async def replay(all_worlds: list[World], ops: list[Op], progress: bool) -> None:
@@ -438,25 +455,26 @@ def main() -> int:
     parser.add_argument("--a-python", help="interpreter of build A (another install)")
     parser.add_argument("--quick", action="store_true", help="a short day, for a smoke run")
     parser.add_argument("--seed", type=int, default=39)
-    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--replicas", type=int, help="sidecar replicas per world (3; quick: 2)")
     parser.add_argument("--configs", default="plain,rules")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     size = {"conversations": 1, "turns": 5} if args.quick else {"conversations": 2, "turns": 16}
-    ops = trace(args.seed, days=2, replicas=args.replicas, **size)
+    replicas = args.replicas or (2 if args.quick else 3)
+    ops = trace(args.seed, days=2, replicas=replicas, **size)
     builds = {"B": sys.executable}
     if args.a_python is not None:
         builds = {"A": args.a_python, **builds}
     configs = args.configs.split(",")
     users = ", ".join(f"{u.name} ({u.style})" for u in USERS)
-    print(f"{len(ops)} calls, seed {args.seed}, {args.replicas} replicas, users: {users}")
+    print(f"{len(ops)} calls, seed {args.seed}, {replicas} replicas, users: {users}")
     started = time.monotonic()
-    with worlds(builds, configs, args.replicas, args.seed) as made:
+    with worlds(builds, configs, replicas, args.seed) as made:
         print(f"{len(made)} worlds started in {time.monotonic() - started:.0f} s", flush=True)
         asyncio.run(replay(made, ops, progress=True))
     print(f"replayed and stopped in {time.monotonic() - started:.0f} s")
     report(made, ops)
-    results = {"seed": args.seed, "calls": len(ops), "quick": args.quick}
+    results = {"seed": args.seed, "calls": len(ops), "replicas": replicas, "quick": args.quick}
     results["worlds"] = [summary(w) for w in made]
     args.out.mkdir(parents=True, exist_ok=True)
     name = "replay-quick.json" if args.quick else "replay.json"

@@ -29,6 +29,7 @@ from ..edge.incoming import Incoming
 from ..metrics import Metrics
 from ..rules import admission, cache_status, freshness, policy
 from ..rules.admission import FollowerShare, Judgement
+from ..rules.callers import SESSION_HEADER
 from ..rules.capture import ResponseCapture
 from ..rules.headers import forward_headers, response_headers
 from ..rules.hints import listing_ttl
@@ -65,7 +66,7 @@ class CacheableRequest:
     @property
     def session(self) -> str | None:
         """Its legacy session id, as sent (None: outside one)."""
-        return self.incoming.headers.get(policy.SESSION_HEADER)
+        return self.incoming.headers.get(SESSION_HEADER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +100,7 @@ class Fetch:
             request.raw,
             request.method,
             request.message.id,
-            request.incoming.headers.get(policy.SESSION_HEADER),
+            request.incoming.headers.get(SESSION_HEADER),
             server.timeout,
             ticketed=True,
             query=request.incoming.query,

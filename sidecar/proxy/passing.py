@@ -16,7 +16,7 @@ from ..config import Server
 from ..edge.forwarded import BrokenBody, ForwardedResponse, StreamedResponse
 from ..edge.incoming import Incoming
 from ..rules import admission, cache_status, policy
-from ..rules.callers import has_credential
+from ..rules.callers import SESSION_HEADER, has_credential
 from ..rules.capture import ResponseCapture
 from ..rules.headers import forward_headers, response_headers
 from ..rules.hints import listing_ttl
@@ -139,7 +139,7 @@ async def pass_through(
         raw,
         method_label(message.method if message is not None else None),
         message.id if message is not None else None,
-        incoming.headers.get(policy.SESSION_HEADER),
+        incoming.headers.get(SESSION_HEADER),
         # A GET is the server's long-lived event stream: no idle limit on it.
         None if incoming.method == "GET" else server.timeout,
         ticketed=message is not None and (message.is_request or unread),

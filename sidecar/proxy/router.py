@@ -36,6 +36,7 @@ from ..edge.incoming import Incoming
 from ..edge.origin import OriginPolicy
 from ..metrics import Metrics
 from ..rules import admission, cache_status, policy
+from ..rules.callers import extra_keyed_headers
 from ..rules.messages import Message, method_label
 from ..tiers.redis_tier import RedisTier, TierRead
 from ..upstream.client import UpstreamClient
@@ -151,7 +152,7 @@ class Proxy:
                 self.metrics.count(server.name, method, "hit")
                 self.metrics.saved(server.name, entry.fetch_seconds)
                 return HitResponse.of(entry, message.id, self.cache.timer(), from_tier=True)
-        extra = policy.extra_keyed_headers(server, plan.keyed)
+        extra = extra_keyed_headers(server, plan.keyed)
         if extra:
             self.metrics.count_keyed_headers(server.name, extra)
         request = CacheableRequest(

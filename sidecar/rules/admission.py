@@ -20,7 +20,7 @@ import orjson
 from ..cache.store import Scope
 from ..config import Server
 from . import freshness
-from .callers import public_keyed
+from .callers import ROUTING_HEADERS, public_keyed
 from .capture import ResponseCapture
 from .headers import cache_directives
 from .messages import (
@@ -32,7 +32,7 @@ from .messages import (
     judge_response,
 )
 from .numbers import has_inexact_number
-from .policy import ROUTING_HEADERS, Bypass, Lookup
+from .policy import Bypass, Lookup
 
 FAILED_CALL: Final[frozenset[NotStoredReason | None]] = frozenset(
     {"error", "tool_error", "input_required"}

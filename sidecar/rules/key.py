@@ -91,7 +91,7 @@ def cache_key(
     sent: Sent = NOTHING_ELSE,
 ) -> str:
     """The hex sha256 key of one call; `identity` holds digests and non-secret values
-    only (see `policy.identity`).
+    only (see `callers.identity`).
 
     `ignore_arguments` (a tool rule's) leaves those top-level arguments out; the names
     themselves go into the key, so that entries made under different rules never meet.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -18,30 +18,15 @@ from ..config import Server, ToolRule
 from . import arguments
 from .arguments import EVERY_ENTRY, Removal
 from .callers import (
-    PROTOCOL_HEADER as PROTOCOL_HEADER,
-)
-from .callers import (
-    ROUTING_HEADERS as ROUTING_HEADERS,
-)
-from .callers import (
-    SESSION_HEADER as SESSION_HEADER,
-)
-from .callers import (
+    PROTOCOL_HEADER,
+    SESSION_HEADER,
     Caller,
+    RequestRefused,
     anyone_identity,
     caller_of,
     credential_digest,
     public_keyed,
     unambiguous_caller,
-)
-from .callers import (
-    RequestRefused as RequestRefused,
-)
-from .callers import (
-    extra_keyed_headers as extra_keyed_headers,
-)
-from .callers import (
-    identity as identity,
 )
 from .hints import ToolHints
 from .key import NOTHING_ELSE, Sent, cache_key, caller_digest, secret_digest
@@ -204,6 +189,16 @@ def session_scope(server: Server, session_id: str) -> str:
     return secret_digest(f"{server.name}\0{session_id}")
 
 
+class _Call(NamedTuple):
+    """What the policy reads of a request before it keys it: the tool rule, the tool,
+    the params with learned defaults filled in, and the caller they were learned for."""
+
+    rule: ToolRule | None
+    tool: str | None
+    filled: dict[str, Any]
+    caller: Caller | None
+
+
 def plan(
     server: Server,
     message: Message,
@@ -215,68 +210,142 @@ def plan(
     bound_session: bool = False,
 ) -> Bypass | Lookup:
     """Look this request up, and under which key, or forward it untouched (and what it
-    removes once it answers, when it may write).
+    removes once it answers, when it may write): why it is never looked up, then who is
+    asking, its keys, and how long and where its answer is kept.
 
     `query` is the request's query string: the upstream sees it, so the key holds it.
     `bound_session`: its legacy session is keyed, as on a `sessionScoped` server (one
     opened with a credential this request does not carry: `upstream.sessions`)."""
-    cache = server.cache
     reason = bypass_reason(server, message)
     if reason is not None and reason == message.doubt:
         return Bypass(reason, doubtful_writes(server, message))
-    rule = tool_rule(server, message) if cache.tools else None
-    tool: str | None = None
-    params = filled = message.params
-    caller: Caller | None = None
+    call = _Call(tool_rule(server, message) if server.cache.tools else None, None, {}, None)
     if reason is None and message.method == "tools/call":
-        tool = params["name"]
-        if rule is not None or cache.only_read_only_tools or hints is not None:
-            reason = tool_bypass(server, rule, tool, hints or ToolHints())
-        defaults: Mapping[str, object] = {}
-        if reason is None and cache.fill_schema_defaults and hints is not None:
-            caller = unambiguous_caller(server, headers, raw_headers, bound_session)
-            if caller is not None:
-                defaults = hints.defaults(server.name, caller.digest, tool)
-        if (
-            reason is None
-            and (rule is not None or defaults or cache.tools)
-            and arguments.doubtful(
-                params.get("arguments"), read_arguments(server, rule, tool, defaults)
-            )
-        ):
-            reason = "ambiguous_name"
-        if reason is None and defaults:
-            filled = arguments.with_defaults(params, defaults)
-        if reason is None and rule is not None and rule.skip_if:
-            reason = "skip_if" if arguments.skipped(rule, arguments.arguments_of(filled)) else None
-    learns = learns_tools(server, message)
-    if reason is not None:
-        # A declared writer no rule speaks for drops everything of its server.
-        invalidates = (EVERY_ENTRY,) if reason == "declared_writer" else writes(rule, message)
-        listener = (
-            unambiguous_caller(server, headers, raw_headers, bound_session) if learns else None
+        reason, call = _tool_call(
+            server, message, call.rule, headers, raw_headers, hints, bound_session
         )
-        return Bypass(reason, invalidates, listener.digest if listener is not None else None)
+    if reason is not None:
+        return _bypass(server, message, reason, call.rule, headers, raw_headers, bound_session)
     try:
-        keyed, who = caller or caller_of(server, headers, raw_headers, bound_session)
+        caller = call.caller or caller_of(server, headers, raw_headers, bound_session)
     except RequestRefused:
         return Bypass("ambiguous_headers")
-    method = message.method
+    keyed = _keys(server, message, call, caller, headers, raw_headers, app_id, query)
+    if keyed is None:
+        # Nested deeper than a key can be written. (A write never gets here: its rule
+        # made it a `tool_rule` bypass.)
+        return Bypass("too_deep")
+    ttl, scope = _kept(server, message, call, keyed)
+    learner = caller_digest(caller.who) if learns_tools(server, message) else None
+    # Where entries for every caller may be, the upstream's acceptance is recorded.
+    shares = server.cache.shares_entries
+    credential = credential_digest(server, headers) if shares else ""
+    session = _session(server, headers, keyed.keyed)
+    return Lookup(
+        keyed.key, ttl, scope, session, keyed.keyed, keyed.public_key, learner, credential,
+        keyed.named_key,
+    )  # fmt: skip
+
+
+def _tool_call(
+    server: Server,
+    message: Message,
+    rule: ToolRule | None,
+    headers: Mapping[str, str],
+    raw_headers: Sequence[tuple[str, str]],
+    hints: ToolHints | None,
+    bound_session: bool,
+) -> tuple[BypassReason | None, _Call]:
+    """Why a call of this tool is not looked up (its rule, its server's hints, an
+    argument read in doubt, a `skipIf` value), or None; and the call as it is keyed,
+    with the defaults learned for its caller filled in."""
+    cache, params = server.cache, message.params
+    tool: str = params["name"]
+    call = _Call(rule, tool, params, None)
+    reason: BypassReason | None = None
+    if rule is not None or cache.only_read_only_tools or hints is not None:
+        reason = tool_bypass(server, rule, tool, hints or ToolHints())
+    defaults: Mapping[str, object] = {}
+    if reason is None and cache.fill_schema_defaults and hints is not None:
+        caller = unambiguous_caller(server, headers, raw_headers, bound_session)
+        if caller is not None:
+            call = call._replace(caller=caller)
+            defaults = hints.defaults(server.name, caller.digest, tool)
+    if reason is not None:
+        return reason, call
+    if (rule is not None or defaults or cache.tools) and arguments.doubtful(
+        params.get("arguments"), read_arguments(server, rule, tool, defaults)
+    ):
+        return "ambiguous_name", call
+    if defaults:
+        call = call._replace(filled=arguments.with_defaults(params, defaults))
+    filled = arguments.arguments_of(call.filled)
+    if rule is not None and rule.skip_if and arguments.skipped(rule, filled):
+        return "skip_if", call
+    return None, call
+
+
+def _bypass(
+    server: Server,
+    message: Message,
+    reason: BypassReason,
+    rule: ToolRule | None,
+    headers: Mapping[str, str],
+    raw_headers: Sequence[tuple[str, str]],
+    bound_session: bool,
+) -> Bypass:
+    """A request forwarded untouched, with what it removes once it answers (a declared
+    writer no rule speaks for drops everything of its server) and, for a listing the
+    policy learns from, whom it teaches."""
+    invalidates = (EVERY_ENTRY,) if reason == "declared_writer" else writes(rule, message)
+    listener = None
+    if learns_tools(server, message):
+        listener = unambiguous_caller(server, headers, raw_headers, bound_session)
+    return Bypass(reason, invalidates, listener.digest if listener is not None else None)
+
+
+class _Keys(NamedTuple):
+    """A request's keys: its own (`key`), the named call's (`named_key`, for a call
+    filled from defaults), the one for every caller (`public_key`, trustPublicHints)."""
+
+    key: str
+    named_key: str
+    public_key: str
+    public: bool
+    """`key` itself is for every caller (a `scope: public` rule)."""
+    keyed: frozenset[str]
+    params: dict[str, Any]
+    """The params `key` was made of."""
+
+
+def _keys(
+    server: Server,
+    message: Message,
+    call: _Call,
+    caller: Caller,
+    headers: Mapping[str, str],
+    raw_headers: Sequence[tuple[str, str]],
+    app_id: str,
+    query: str,
+) -> _Keys | None:
+    """The request's keys; None when it is nested deeper than a key can be written."""
+    cache, rule, method = server.cache, call.rule, message.method
     assert method is not None
+    keyed, who = caller
     # A key for every caller must still name the protocol version the answer was made
     # under: a session without the version header leaves it unknown, so such a caller
     # keeps entries of its own.
     versioned = PROTOCOL_HEADER in headers or SESSION_HEADER not in headers
     public = rule is not None and rule.scope == "public" and versioned
+    params = call.filled or message.params
     if public:
         # Nor defaults: they were learned from this caller's listing, not everyone's.
         keyed = public_keyed(keyed, cache.identity_headers)
         who = anyone_identity(server, headers, keyed, raw_headers)
-    else:
-        params = filled
+        params = message.params
     ignored = rule.ignore_arguments if rule is not None else ()
     sent = Sent(query, message.extra) if query or message.extra else NOTHING_ELSE
-    named_key = ""
+    named_key = public_key = ""
     try:
         key = cache_key(server.name, method, params, app_id, who, ignored, public, sent)
         if params is not message.params:  # filled: read the named call's, filed apart
@@ -286,36 +355,39 @@ def plan(
             apart = sent._replace(filled=names)
             key = cache_key(server.name, method, params, app_id, who, ignored, public, apart)
     except orjson.JSONEncodeError:
-        # Nested deeper than a key can be written. (A write never gets here: its rule
-        # made it a `tool_rule` bypass.)
-        return Bypass("too_deep")
-    session_id = headers.get(SESSION_HEADER)
-    session = ""
-    if session_id and SESSION_HEADER in keyed:  # never on a key for every caller
-        session = session_scope(server, session_id)
-    public_key = ""
+        return None
     if cache.trust_public_hints and method in SCOPED_RESULTS and versioned:
         shared = public_keyed(keyed, cache.identity_headers)
         anyone = anyone_identity(server, headers, shared, raw_headers)
         public_key = cache_key(
             server.name, method, message.params, app_id, anyone, ignored, True, sent
         )
+    return _Keys(key, named_key, public_key, public, keyed, params)
+
+
+def _kept(server: Server, message: Message, call: _Call, keys: _Keys) -> tuple[float, Scope]:
+    """How long an answer is kept at most, and the scope it is indexed under (the values
+    writes `match` on, and whether it is for everyone)."""
+    cache, rule, tool = server.cache, call.rule, call.tool
     if tool is not None:
         ttl = rule.ttl if rule is not None and rule.ttl is not None else cache.ttl
-        if cache.tools:  # the values writes `match` on, and whether it is for everyone
-            names = cache.matched_arguments(tool)
-            digests = arguments.argument_digests(names, arguments.arguments_of(params))
-            scope = Scope(server.name, tool=tool, arguments=digests, public=public)
-        else:
-            scope = Scope(server.name, tool=tool)
-    elif message.method == "resources/read":
-        ttl, scope = cache.ttl, Scope(server.name, uri=message.params["uri"])
-    else:
-        ttl, scope = cache.metadata_ttl or cache.ttl, Scope(server.name, listing=message.method)
-    learner = caller_digest(who) if learns else None
-    # Where entries for every caller may be, the upstream's acceptance is recorded.
-    credential = credential_digest(server, headers) if cache.shares_entries else ""
-    return Lookup(key, ttl, scope, session, keyed, public_key, learner, credential, named_key)
+        if not cache.tools:
+            return ttl, Scope(server.name, tool=tool)
+        names = cache.matched_arguments(tool)
+        digests = arguments.argument_digests(names, arguments.arguments_of(keys.params))
+        return ttl, Scope(server.name, tool=tool, arguments=digests, public=keys.public)
+    if message.method == "resources/read":
+        return cache.ttl, Scope(server.name, uri=message.params["uri"])
+    return cache.metadata_ttl or cache.ttl, Scope(server.name, listing=message.method)
+
+
+def _session(server: Server, headers: Mapping[str, str], keyed: frozenset[str]) -> str:
+    """The legacy session an entry belongs to and ends with: where it is keyed (never
+    on a key for every caller)."""
+    session_id = headers.get(SESSION_HEADER)
+    if session_id and SESSION_HEADER in keyed:
+        return session_scope(server, session_id)
+    return ""
 
 
 def read_arguments(

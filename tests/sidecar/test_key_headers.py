@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcpcache.sidecar.config import ConfigError, Server, parse_config
-from mcpcache.sidecar.rules import policy
+from mcpcache.sidecar.rules import callers, policy
 from mcpcache.sidecar.rules.headers import NOT_KEY_MATERIAL, forwarded
 from mcpcache.sidecar.rules.messages import read_message
 from peers.clients import call_body, call_headers, http_client, unique
@@ -151,7 +151,7 @@ _NAME = st.from_regex(r"[a-z][a-z0-9!#$%&'*+.^`|~-]{0,30}", fullmatch=True).filt
     lambda name: (
         forwarded(name)
         and name not in NOT_KEY_MATERIAL
-        and name not in policy.ROUTING_HEADERS
+        and name not in callers.ROUTING_HEADERS
         and name not in {"connection"}
     )
 )

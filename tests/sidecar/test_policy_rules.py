@@ -62,7 +62,7 @@ def test_the_key_is_made_of_server_method_params_caller_and_identity() -> None:
         {*server().cache.identity_headers, "mcp-session-id", "mcp-protocol-version", "user-agent"}
     )
     assert plan(message, {}, scoped).session == ""
-    assert policy.identity({}, decided.keyed) == {}
+    assert callers.identity({}, decided.keyed) == {}
 
 
 def test_a_legacy_session_is_not_key_material_unless_the_server_is_session_scoped() -> None:

@@ -172,6 +172,46 @@ def test_any_json_is_read_to_a_key_that_the_same_json_always_gets(value: Any, sp
     assert read_once == _key_text(read(raw))
 
 
+_CASED_JSON = st.recursive(
+    st.integers(0, 3) | st.sampled_from(["v", "V"]),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["k", "K", "\u212a", "s", "S", "\u017f", "Ab", "aB"]), inner, max_size=4
+        )
+    ),
+    max_leaves=10,
+)
+
+
+def _objects(value: Any) -> list[Any]:
+    """Every object in `value`, `Members` and `dict` alike, the value's own first."""
+    if isinstance(value, Members):
+        return [value, *(o for _, item in value.pairs for o in _objects(item))]
+    if isinstance(value, dict):
+        return [value, *(o for item in value.values() for o in _objects(item))]
+    if isinstance(value, list):
+        return [o for item in value for o in _objects(item)]
+    return []
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_CASED_JSON, spaced=st.booleans())
+def test_no_object_read_as_a_dict_holds_two_names_equal_after_case_folding(
+    value: Any, spaced: bool
+) -> None:
+    """What `read_message` leans on to check only names that stand alone: an object
+    whose names fold together is always `Members`, whichever path read it."""
+    import json
+
+    raw = json.dumps(value).encode() if spaced else orjson.dumps(value)
+    for found in _objects(read(raw)):
+        if isinstance(found, dict):
+            assert folded_twice(list(found)) is None
+        else:
+            assert folded_twice(found.names()) is not None
+
+
 @pytest.mark.parametrize(
     ("arguments", "names", "doubt"),
     [

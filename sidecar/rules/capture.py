@@ -189,7 +189,7 @@ class ResponseCapture:
                 self._decide("server_request")
             elif self.too_large:
                 self._decide("too_large")
-            elif has_inexact_number(raw):
+            elif has_inexact_number(raw, message):
                 self._decide("inexact_number")  # a hit would not repeat its numbers exactly
             else:
                 try:

@@ -345,6 +345,32 @@ def test_numbers_a_parsed_message_cannot_hold_exactly(raw: bytes, inexact: bool)
     assert has_inexact_number(raw) is inexact
 
 
+_NUMBER_TEXT = st.from_regex(
+    r"-?(0|[1-9][0-9]{0,24})(\.[0-9]{1,20})?([eE][+-]?[0-9]{1,3})?", fullmatch=True
+)
+_NUMBER = (
+    _NUMBER_TEXT
+    | st.floats(allow_nan=False, allow_infinity=False).map(lambda f: orjson.dumps(f).decode())
+    | st.integers(-(2**70), 2**70).map(str)
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(numbers=st.lists(_NUMBER, min_size=1, max_size=4), spaced=st.booleans())
+def test_a_parsed_answer_given_beside_its_bytes_finds_the_numbers_the_bytes_alone_do(
+    numbers: list[str], spaced: bool
+) -> None:
+    """The shortcut for a body orjson writes back as it is never hides a number the
+    searches and the exact reading would find."""
+    raw = (b", " if spaced else b",").join(n.encode() for n in numbers)
+    raw = b'{"result":{"n":[' + raw + b"]}}"
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        parsed = None  # past a double's range: the bytes alone decide
+    assert has_inexact_number(raw, parsed) is has_inexact_number(raw)
+
+
 @pytest.mark.parametrize(
     ("message", "asks"),
     [

@@ -21,6 +21,7 @@ from mcpcache.sidecar.rules.reading import (
     Unreadable,
     folded_twice,
     read,
+    read_exactly,
 )
 
 
@@ -210,6 +211,48 @@ def test_no_object_read_as_a_dict_holds_two_names_equal_after_case_folding(
             assert folded_twice(list(found)) is None
         else:
             assert folded_twice(found.names()) is not None
+
+
+_SDK_LIKE_NAMES = st.sampled_from(
+    [
+        "io.modelcontextprotocol/protocolVersion",
+        "io.modelcontextprotocol/protocolversion",
+        "io.modelcontextprotocol/ProtocolVersion",
+        "protocolVersion",
+        "protocolversion",
+        "PROTOCOLVERSION",
+        'a"protocolVersion',
+        'a"protocolversion',
+        "a\\protocolVersion",
+        "xprotocolVersion",
+        "xprotocolversion",
+        "Xprotocolversion",
+        "clientCapabilities",
+        "clientcapabilities",
+        "progressToken",
+        "progresstoken",
+        "Token",
+        "token",
+        "k",
+        "K",
+    ]
+)
+_SDK_LIKE_JSON = st.recursive(
+    st.integers(0, 3) | _SDK_LIKE_NAMES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_SDK_LIKE_NAMES, inner, max_size=4),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=st.dictionaries(_SDK_LIKE_NAMES, _SDK_LIKE_JSON, min_size=1, max_size=4))
+def test_bodies_with_the_sdks_cased_names_are_read_as_the_exact_reading_reads_them(
+    value: dict[str, Any],
+) -> None:
+    """The shortcut for the SDK's cased `_meta` names finds every pair of names equal
+    after case folding that the exact reading keeps as `Members`, however a name ends."""
+    raw = orjson.dumps(value)
+    assert read(raw) == read_exactly(raw)
 
 
 @pytest.mark.parametrize(

@@ -157,7 +157,7 @@ def answer_verdict(
         if capture.final_over_size or capture.final is None:
             return Verdict("too_large")
         raw = capture.final_raw
-        if has_inexact_number(raw):
+        if has_inexact_number(raw, capture.final):
             return Verdict("inexact_number")  # a hit would not repeat its numbers exactly
         try:
             return judge_response(capture.final)  # writes what it stores

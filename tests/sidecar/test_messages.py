@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mcpcache.sidecar.rules.messages import (
     Message,
@@ -343,6 +345,32 @@ def test_numbers_a_parsed_message_cannot_hold_exactly(raw: bytes, inexact: bool)
     assert has_inexact_number(raw) is inexact
 
 
+_NUMBER_TEXT = st.from_regex(
+    r"-?(0|[1-9][0-9]{0,24})(\.[0-9]{1,20})?([eE][+-]?[0-9]{1,3})?", fullmatch=True
+)
+_NUMBER = (
+    _NUMBER_TEXT
+    | st.floats(allow_nan=False, allow_infinity=False).map(lambda f: orjson.dumps(f).decode())
+    | st.integers(-(2**70), 2**70).map(str)
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(numbers=st.lists(_NUMBER, min_size=1, max_size=4), spaced=st.booleans())
+def test_a_parsed_answer_given_beside_its_bytes_finds_the_numbers_the_bytes_alone_do(
+    numbers: list[str], spaced: bool
+) -> None:
+    """The shortcut for a body orjson writes back as it is never hides a number the
+    searches and the exact reading would find."""
+    raw = (b", " if spaced else b",").join(n.encode() for n in numbers)
+    raw = b'{"result":{"n":[' + raw + b"]}}"
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        parsed = None  # past a double's range: the bytes alone decide
+    assert has_inexact_number(raw, parsed) is has_inexact_number(raw)
+
+
 @pytest.mark.parametrize(
     ("message", "asks"),
     [
@@ -370,3 +398,78 @@ def test_number_shapes_make_digits_and_dots_0_exponents_e_and_signs_minus() -> N
     assert len(table) == 256
     assert b"-12.5E+300 eX,x".translate(table) == b"-0000e-000 eX:x"
     assert b'[\t{"a":\r\n1}]'.translate(table) == b': {"a":  0}]'
+
+
+_MEMBER_NAMES = ("jsonrpc", "id", "method", "params", "result", "error")
+_PARAM_NAMES = ("name", "uri", "arguments", "_meta", "cursor", "task")
+_Pairs = list[tuple[str, Any]]
+
+
+def _object_text(pairs: _Pairs, spaced: bool) -> bytes:
+    """An object written pair by pair (a name may come twice), compact or spaced."""
+    sep, colon = (b", ", b": ") if spaced else (b",", b":")
+    items = [
+        orjson.dumps(name)
+        + colon
+        + (_object_text(value, spaced) if isinstance(value, list) else orjson.dumps(value))
+        for name, value in pairs
+    ]
+    return b"{" + sep.join(items) + b"}"
+
+
+def _folds_twice(names: list[str]) -> bool:
+    return len({name.casefold() for name in names}) != len(names)
+
+
+def _stands_for(names: list[str], defined: tuple[str, ...]) -> bool:
+    """A name outside `defined` that a case-insensitive reader takes for one inside."""
+    return any(n not in defined and n.casefold() in defined for n in names)
+
+
+_NAME = st.sampled_from(["x", "X", "k", "\u212a", "s", "\u017f"])
+_META = st.lists(
+    st.tuples(_NAME | st.sampled_from(["progressToken", "progresstoken"]), st.integers(0, 3)),
+    max_size=4,
+)
+_EXTRA_PARAMS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["Task", "_META", "Name", "Arguments", "cursor", "Cursor", "x", "X", "name"]
+        ),
+        st.integers(0, 3),
+    ),
+    max_size=3,
+)
+_EXTRA_MEMBERS = st.lists(
+    st.tuples(st.sampled_from(["Method", "ID", "x", "X", "Params", "id"]), st.integers(0, 3)),
+    max_size=2,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    meta=_META,
+    arguments=st.lists(st.tuples(_NAME, st.integers(0, 3)), max_size=4),
+    extra_params=_EXTRA_PARAMS,
+    extra_members=_EXTRA_MEMBERS,
+    spaced=st.booleans(),
+)
+def test_a_name_is_in_doubt_exactly_where_a_case_insensitive_reader_may_read_it_otherwise(
+    meta: _Pairs, arguments: _Pairs, extra_params: _Pairs, extra_members: _Pairs, spaced: bool
+) -> None:
+    """Checked against every name, pair by pair, as the message was written: the fast
+    reading (which leans on `reading.read` never handing back a `dict` that holds two
+    names equal after case folding) finds doubt exactly where this slow one does."""
+    params: _Pairs = [("name", "t"), ("arguments", arguments), ("_meta", meta), *extra_params]
+    top: _Pairs = [("jsonrpc", "2.0"), ("id", 1), ("method", "tools/call"), ("params", params)]
+    top += extra_members
+    top_names, param_names = [n for n, _ in top], [n for n, _ in params]
+    in_doubt = (
+        _folds_twice(top_names)
+        or _stands_for(top_names, _MEMBER_NAMES)
+        or _folds_twice(param_names)
+        or _stands_for(param_names, _PARAM_NAMES)
+        or _folds_twice([n for n, _ in meta])
+    )
+    message = read_message(_object_text(top, spaced))
+    assert message.doubt == ("ambiguous_name" if in_doubt else None)

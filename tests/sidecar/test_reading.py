@@ -21,6 +21,7 @@ from mcpcache.sidecar.rules.reading import (
     Unreadable,
     folded_twice,
     read,
+    read_exactly,
 )
 
 
@@ -170,6 +171,88 @@ def test_any_json_is_read_to_a_key_that_the_same_json_always_gets(value: Any, sp
     )
     read_once = _key_text(read(raw))
     assert read_once == _key_text(read(raw))
+
+
+_CASED_JSON = st.recursive(
+    st.integers(0, 3) | st.sampled_from(["v", "V"]),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["k", "K", "\u212a", "s", "S", "\u017f", "Ab", "aB"]), inner, max_size=4
+        )
+    ),
+    max_leaves=10,
+)
+
+
+def _objects(value: Any) -> list[Any]:
+    """Every object in `value`, `Members` and `dict` alike, the value's own first."""
+    if isinstance(value, Members):
+        return [value, *(o for _, item in value.pairs for o in _objects(item))]
+    if isinstance(value, dict):
+        return [value, *(o for item in value.values() for o in _objects(item))]
+    if isinstance(value, list):
+        return [o for item in value for o in _objects(item)]
+    return []
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_CASED_JSON, spaced=st.booleans())
+def test_no_object_read_as_a_dict_holds_two_names_equal_after_case_folding(
+    value: Any, spaced: bool
+) -> None:
+    """What `read_message` leans on to check only names that stand alone: an object
+    whose names fold together is always `Members`, whichever path read it."""
+    import json
+
+    raw = json.dumps(value).encode() if spaced else orjson.dumps(value)
+    for found in _objects(read(raw)):
+        if isinstance(found, dict):
+            assert folded_twice(list(found)) is None
+        else:
+            assert folded_twice(found.names()) is not None
+
+
+_SDK_LIKE_NAMES = st.sampled_from(
+    [
+        "io.modelcontextprotocol/protocolVersion",
+        "io.modelcontextprotocol/protocolversion",
+        "io.modelcontextprotocol/ProtocolVersion",
+        "protocolVersion",
+        "protocolversion",
+        "PROTOCOLVERSION",
+        'a"protocolVersion',
+        'a"protocolversion',
+        "a\\protocolVersion",
+        "xprotocolVersion",
+        "xprotocolversion",
+        "Xprotocolversion",
+        "clientCapabilities",
+        "clientcapabilities",
+        "progressToken",
+        "progresstoken",
+        "Token",
+        "token",
+        "k",
+        "K",
+    ]
+)
+_SDK_LIKE_JSON = st.recursive(
+    st.integers(0, 3) | _SDK_LIKE_NAMES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_SDK_LIKE_NAMES, inner, max_size=4),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=st.dictionaries(_SDK_LIKE_NAMES, _SDK_LIKE_JSON, min_size=1, max_size=4))
+def test_bodies_with_the_sdks_cased_names_are_read_as_the_exact_reading_reads_them(
+    value: dict[str, Any],
+) -> None:
+    """The shortcut for the SDK's cased `_meta` names finds every pair of names equal
+    after case folding that the exact reading keeps as `Members`, however a name ends."""
+    raw = orjson.dumps(value)
+    assert read(raw) == read_exactly(raw)
 
 
 @pytest.mark.parametrize(

@@ -24,9 +24,9 @@ MUTMUT_VERSION=3.8.1
 ALL=(
   rules/key rules/policy rules/admission cache/store rules/messages rules/capture config/units
   config/fields config/servers config/tools config/model rules/sse rules/headers
-  rules/session_ids rules/hints rules/notices rules/arguments rules/callers rules/numbers
+  rules/session_ids rules/learned_tools rules/notices rules/arguments rules/callers rules/numbers
   rules/reading
-  rules/schema_defaults upstream/flights proxy/invalidation tiers/codec tiers/breaker app/admin
+  upstream/flights proxy/invalidation tiers/codec tiers/breaker app/admin
   operator/resource operator/configmap operator/status operator/injection
 )
 # The fast unit tests that pin these modules down (no sockets, no subprocesses), by their

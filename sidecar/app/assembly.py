@@ -30,7 +30,7 @@ from ..edge.origin import OriginPolicy
 from ..metrics import Metrics, SharedMetrics
 from ..proxy.invalidation import Invalidator
 from ..proxy.router import Proxy
-from ..rules.hints import ToolHints
+from ..rules.learned_tools import LearnedTools
 from ..rules.messages import INVALID_REQUEST
 from ..tiers.announcement import Announcement
 from ..tiers.redis_tier import RedisTier
@@ -72,7 +72,7 @@ class Sidecar:
         self.invalidator = Invalidator(
             self.cache,
             self.metrics,
-            ToolHints(),
+            LearnedTools(),
             on_drop=self._drop_shared,
             # Waited for before a write's or a purge's answer: SET then PUBLISH, each
             # bounded by the tier's own timeout (sharedCache changes at the next start).

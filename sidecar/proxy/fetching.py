@@ -32,7 +32,7 @@ from ..rules.admission import FollowerShare, Judgement
 from ..rules.callers import SESSION_HEADER
 from ..rules.capture import ResponseCapture
 from ..rules.headers import forward_headers, response_headers
-from ..rules.hints import listing_ttl
+from ..rules.learned_tools import listing_ttl
 from ..rules.messages import ERROR, RESULT, Message
 from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamFailure

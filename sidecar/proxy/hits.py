@@ -19,7 +19,7 @@ from ..edge.hit import HitResponse
 from ..edge.incoming import Incoming
 from ..metrics import Metrics
 from ..rules import policy
-from ..rules.hints import ToolHints, listing_ttl
+from ..rules.learned_tools import LearnedTools, listing_ttl
 from ..rules.messages import Message
 from ..upstream.exchange import Exchanges
 from ..upstream.flights import Coalescer
@@ -33,7 +33,7 @@ class Hits:
     def __init__(
         self,
         metrics: Metrics,
-        hints: ToolHints,
+        hints: LearnedTools,
         coalescer: Coalescer,
         exchanges: Exchanges,
         storage: Storage,

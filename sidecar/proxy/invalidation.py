@@ -23,7 +23,7 @@ from ..cache.store import ResponseCache
 from ..config import SidecarConfig
 from ..metrics import Metrics
 from ..rules.arguments import EVERY_ENTRY, MatchedRemoval, Removal, recorded_match
-from ..rules.hints import ToolHints
+from ..rules.learned_tools import LearnedTools
 from ..rules.notices import Notice
 from ..tiers.announcement import Announcement
 
@@ -52,7 +52,7 @@ class Invalidator:
         self,
         cache: ResponseCache,
         metrics: Metrics,
-        hints: ToolHints,
+        hints: LearnedTools,
         on_drop: OnDrop | None = None,
         announce_within: float = 0.0,
     ) -> None:

@@ -19,7 +19,7 @@ from ..rules import admission, cache_status, policy
 from ..rules.callers import SESSION_HEADER, has_credential
 from ..rules.capture import ResponseCapture
 from ..rules.headers import forward_headers, response_headers
-from ..rules.hints import listing_ttl
+from ..rules.learned_tools import listing_ttl
 from ..rules.messages import Message, Verdict, method_label
 from ..upstream.client import UpstreamFailure
 from ..upstream.exchange import Exchange, Exchanges, Outbound, failure_error

@@ -35,7 +35,7 @@ from ..edge.hit import HitResponse
 from ..edge.incoming import Incoming
 from ..edge.origin import OriginPolicy
 from ..metrics import Metrics
-from ..rules import admission, cache_status, policy
+from ..rules import cache_status, freshness, policy
 from ..rules.callers import extra_keyed_headers
 from ..rules.messages import Message, method_label
 from ..tiers.redis_tier import RedisTier, TierRead
@@ -227,7 +227,7 @@ class Proxy:
             return await self._lead(request, joinable=not self.coalescer.running(key))
         now = self.cache.timer()
         stale = self._stale(key)
-        if stale is not None and admission.stale_while_revalidating(server, stale.expires_at, now):
+        if stale is not None and freshness.stale_while_revalidating(server, stale.expires_at, now):
             if not self.coalescer.running(key):
                 self.coalescer.start(
                     key,
@@ -332,7 +332,7 @@ class Proxy:
         entry = self._stale(request.lookup.key)
         if entry is None:
             return None
-        if not admission.stale_on_error(request.server, entry.expires_at, self.cache.timer()):
+        if not freshness.stale_on_error(request.server, entry.expires_at, self.cache.timer()):
             return None
         return entry
 

@@ -380,13 +380,3 @@ def write_happened(verdict: Verdict, status: int) -> bool:
     if 400 <= status < 500:
         return False
     return verdict.reason not in FAILED_CALL
-
-
-def stale_while_revalidating(server: Server, expires_at: float, now: float) -> bool:
-    """An expired entry may answer at once while it is fetched again."""
-    return now < expires_at + (server.cache.stale_while_revalidate or 0.0)
-
-
-def stale_on_error(server: Server, expires_at: float, now: float) -> bool:
-    """An expired entry may answer because the upstream failed."""
-    return now < expires_at + (server.cache.stale_if_error or 0.0)

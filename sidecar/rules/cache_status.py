@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from .messages import BypassReason
+
 HIT: Final = "mcpcache; hit"
 SHARED_HIT: Final = "mcpcache; hit; detail=shared"
 """Answered from the shared tier (Redis), not from this sidecar's memory."""
@@ -69,3 +71,38 @@ def of_miss(reason: str | None) -> str:
     if reason is None:
         return MISS_STORED
     return forwarded("miss", detail(reason))
+
+
+BYPASS_FWD: Final[dict[BypassReason, str]] = {
+    "method": "method",  # the cache does not handle this method
+    "disabled": "bypass",  # the server's cache is off
+    "request_state": "request",  # the request itself rules the cache out
+    "task": "request",  # the caller asked for a task: the work must run
+    "unreadable": "request",  # not one JSON-RPC message the sidecar reads with certainty
+    "batch": "request",  # a JSON-RPC batch: forwarded whole
+    "ambiguous_name": "request",  # a name the sidecar reads given twice (case aside)
+    "ambiguous_headers": "request",  # a credential or the session sent twice, or hidden
+    "accept": "request",  # the client does not take both JSON and an event stream
+    "too_deep": "request",  # nested deeper than the key can be written
+    "positional_params": "request",  # params as an array: the key reads objects only
+    "tool_rule": "bypass",  # the tool's rule turns caching off (or the tool writes)
+    "declared_writer": "bypass",  # the server marks the tool as one that changes things
+    "not_read_only": "bypass",  # onlyReadOnlyTools, and the tool is not known read-only
+    "skip_if": "bypass",  # an argument value the tool's skipIf names
+}
+"""RFC 9211 `fwd` values for requests never looked up."""
+
+BYPASS_DETAIL: Final[dict[BypassReason, str]] = {
+    "unreadable": "unreadable",
+    "batch": "batch",
+    "ambiguous_name": "ambiguous-name",
+    "ambiguous_headers": "ambiguous-headers",
+    "accept": "accept",
+    "tool_rule": "tool-rule",
+    "declared_writer": "declared-writer",
+    "not_read_only": "not-read-only",
+    "positional_params": "positional-params",
+    "too_deep": "too-deep",
+    "skip_if": "skip-if",
+}
+"""`detail` values that tell apart bypasses sharing one `fwd`."""

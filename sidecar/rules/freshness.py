@@ -81,3 +81,13 @@ def event_editor(old: bytes, new: bytes) -> Callable[[bytes], bytes]:
         return b"".join((chunk[:at], new, chunk[at + len(old) :]))
 
     return edit
+
+
+def stale_while_revalidating(server: Server, expires_at: float, now: float) -> bool:
+    """An expired entry may answer at once while it is fetched again."""
+    return now < expires_at + (server.cache.stale_while_revalidate or 0.0)
+
+
+def stale_on_error(server: Server, expires_at: float, now: float) -> bool:
+    """An expired entry may answer because the upstream failed."""
+    return now < expires_at + (server.cache.stale_if_error or 0.0)

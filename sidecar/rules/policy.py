@@ -15,7 +15,7 @@ import orjson
 
 from ..cache.store import Scope
 from ..config import Server, ToolRule
-from . import arguments
+from . import arguments, cache_status
 from .arguments import EVERY_ENTRY, Removal
 from .callers import (
     PROTOCOL_HEADER,
@@ -28,8 +28,8 @@ from .callers import (
     public_keyed,
     unambiguous_caller,
 )
-from .hints import ToolHints
 from .key import NOTHING_ELSE, Sent, cache_key, caller_digest, secret_digest
+from .learned_tools import LearnedTools
 from .messages import (
     CACHEABLE_METHODS,
     METADATA_METHODS,
@@ -37,40 +37,6 @@ from .messages import (
     BypassReason,
     Message,
 )
-
-BYPASS_FWD: Final[dict[BypassReason, str]] = {
-    "method": "method",  # the cache does not handle this method
-    "disabled": "bypass",  # the server's cache is off
-    "request_state": "request",  # the request itself rules the cache out
-    "task": "request",  # the caller asked for a task: the work must run
-    "unreadable": "request",  # not one JSON-RPC message the sidecar reads with certainty
-    "batch": "request",  # a JSON-RPC batch: forwarded whole
-    "ambiguous_name": "request",  # a name the sidecar reads given twice (case aside)
-    "ambiguous_headers": "request",  # a credential or the session sent twice, or hidden
-    "accept": "request",  # the client does not take both JSON and an event stream
-    "too_deep": "request",  # nested deeper than the key can be written
-    "positional_params": "request",  # params as an array: the key reads objects only
-    "tool_rule": "bypass",  # the tool's rule turns caching off (or the tool writes)
-    "declared_writer": "bypass",  # the server marks the tool as one that changes things
-    "not_read_only": "bypass",  # onlyReadOnlyTools, and the tool is not known read-only
-    "skip_if": "bypass",  # an argument value the tool's skipIf names
-}
-"""RFC 9211 `fwd` values for requests never looked up."""
-
-BYPASS_DETAIL: Final[dict[BypassReason, str]] = {
-    "unreadable": "unreadable",
-    "batch": "batch",
-    "ambiguous_name": "ambiguous-name",
-    "ambiguous_headers": "ambiguous-headers",
-    "accept": "accept",
-    "tool_rule": "tool-rule",
-    "declared_writer": "declared-writer",
-    "not_read_only": "not-read-only",
-    "positional_params": "positional-params",
-    "too_deep": "too-deep",
-    "skip_if": "skip-if",
-}
-"""`detail` values that tell apart bypasses sharing one `fwd`."""
 
 SCOPED_RESULTS: Final = METADATA_METHODS | {"resources/read"}
 """The six results that carry `cacheScope` (the 2026-07-28 specification)."""
@@ -90,11 +56,11 @@ class Bypass:
 
     @property
     def fwd(self) -> str:
-        return BYPASS_FWD[self.reason]
+        return cache_status.BYPASS_FWD[self.reason]
 
     @property
     def detail(self) -> str | None:
-        return BYPASS_DETAIL.get(self.reason)
+        return cache_status.BYPASS_DETAIL.get(self.reason)
 
 
 class Lookup(NamedTuple):
@@ -162,7 +128,7 @@ def tool_rule(server: Server, message: Message) -> ToolRule | None:
 
 
 def tool_bypass(
-    server: Server, rule: ToolRule | None, tool: str, hints: ToolHints
+    server: Server, rule: ToolRule | None, tool: str, hints: LearnedTools
 ) -> BypassReason | None:
     """Why this tool's calls are not cached on a server that caches, or None. A rule
     that enables the tool outright overrides the server's hints; nothing else does."""
@@ -205,7 +171,7 @@ def plan(
     headers: Mapping[str, str],
     raw_headers: Sequence[tuple[str, str]],
     app_id: str,
-    hints: ToolHints | None = None,
+    hints: LearnedTools | None = None,
     query: str = "",
     bound_session: bool = False,
 ) -> Bypass | Lookup:
@@ -253,7 +219,7 @@ def _tool_call(
     rule: ToolRule | None,
     headers: Mapping[str, str],
     raw_headers: Sequence[tuple[str, str]],
-    hints: ToolHints | None,
+    hints: LearnedTools | None,
     bound_session: bool,
 ) -> tuple[BypassReason | None, _Call]:
     """Why a call of this tool is not looked up (its rule, its server's hints, an
@@ -264,7 +230,7 @@ def _tool_call(
     call = _Call(rule, tool, params, None)
     reason: BypassReason | None = None
     if rule is not None or cache.only_read_only_tools or hints is not None:
-        reason = tool_bypass(server, rule, tool, hints or ToolHints())
+        reason = tool_bypass(server, rule, tool, hints or LearnedTools())
     defaults: Mapping[str, object] = {}
     if reason is None and cache.fill_schema_defaults and hints is not None:
         caller = unambiguous_caller(server, headers, raw_headers, bound_session)

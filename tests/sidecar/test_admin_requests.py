@@ -18,7 +18,7 @@ from mcpcache.sidecar.edge.incoming import Incoming
 from mcpcache.sidecar.edge.origin import OriginPolicy
 from mcpcache.sidecar.metrics import Metrics
 from mcpcache.sidecar.proxy.invalidation import Invalidator
-from mcpcache.sidecar.rules.hints import ToolHints
+from mcpcache.sidecar.rules.learned_tools import LearnedTools
 from mcpcache.sidecar.rules.messages import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 from peers.clock import Clock
 
@@ -48,7 +48,7 @@ class Sidecar:
         self.clock = Clock(100.0)
         self.cache = ResponseCache(100, 10_000, self.clock)
         self.metrics = Metrics()
-        self.invalidator = Invalidator(self.cache, self.metrics, ToolHints())
+        self.invalidator = Invalidator(self.cache, self.metrics, LearnedTools())
         self.admin = Admin(
             lambda: CONFIG, self.cache, self.metrics, self.invalidator, OriginPolicy()
         )

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mcpcache.sidecar.rules.hints import MAX_TOOLS_PER_SERVER, ToolHints
+from mcpcache.sidecar.rules.learned_tools import MAX_TOOLS_PER_SERVER, LearnedTools
 from mcpcache.sidecar.rules.notices import (
     MAX_NOTICE_EVENT,
     Notice,
@@ -31,7 +31,7 @@ def listing(*tools: tuple[str, Any]) -> dict[str, Any]:
 
 
 def test_a_tool_is_read_only_once_listed_so_and_never_before() -> None:
-    hints = ToolHints()
+    hints = LearnedTools()
     assert not hints.read_only("s", "get")
     assert hints.learn("s", listing(("get", True), ("put", False), ("who", None)), "someone") == 3
     assert hints.read_only("s", "get")
@@ -41,7 +41,7 @@ def test_a_tool_is_read_only_once_listed_so_and_never_before() -> None:
 
 
 def test_one_listing_calling_a_tool_a_write_wins_over_any_other() -> None:
-    hints = ToolHints()
+    hints = LearnedTools()
     hints.learn("s", listing(("get", True)), "someone")
     hints.learn("s", listing(("get", False)), "someone")
     hints.learn("s", listing(("get", True)), "someone")
@@ -50,7 +50,7 @@ def test_one_listing_calling_a_tool_a_write_wins_over_any_other() -> None:
 
 @pytest.mark.parametrize("hint", ["true", 1, {"x": 1}])
 def test_only_a_true_read_only_hint_counts(hint: Any) -> None:
-    hints = ToolHints()
+    hints = LearnedTools()
     hints.learn("s", listing(("get", hint)), "someone")
     assert not hints.read_only("s", "get")
 
@@ -60,20 +60,20 @@ def test_only_a_true_read_only_hint_counts(hint: Any) -> None:
     [None, [], {"tools": "x"}, {"tools": [1, {"name": 2}, {"annotations": {}}]}, {}],
 )
 def test_results_that_are_not_listings_teach_nothing(result: Any) -> None:
-    hints = ToolHints()
+    hints = LearnedTools()
     assert hints.learn("s", result, "someone") == 0
     assert not hints.read_only("s", "2")
 
 
 def test_tools_annotations_that_are_not_an_object_are_not_read_only() -> None:
-    hints = ToolHints()
+    hints = LearnedTools()
     result = {"tools": [{"name": "get", "annotations": ["readOnlyHint"]}]}
     assert hints.learn("s", result, "someone") == 1
     assert not hints.read_only("s", "get")
 
 
 def test_forgetting_a_server_forgets_its_tools_only() -> None:
-    hints = ToolHints()
+    hints = LearnedTools()
     hints.learn("s", listing(("get", True)), "someone")
     hints.learn("t", listing(("get", True)), "someone")
     hints.forget("s")
@@ -83,7 +83,7 @@ def test_forgetting_a_server_forgets_its_tools_only() -> None:
 
 
 def test_a_server_past_the_bound_has_its_further_tools_not_remembered() -> None:
-    hints = ToolHints()
+    hints = LearnedTools()
     many = [(f"t{n}", True) for n in range(MAX_TOOLS_PER_SERVER)]
     assert hints.learn("s", listing(*many, ("late", True)), "someone") == MAX_TOOLS_PER_SERVER + 1
     assert hints.read_only("s", f"t{MAX_TOOLS_PER_SERVER - 1}")
@@ -149,7 +149,7 @@ def test_a_watched_event_past_the_bound_is_skipped_not_kept() -> None:
 
 
 def test_a_tool_listed_read_only_again_stays_read_only() -> None:
-    hints = ToolHints()
+    hints = LearnedTools()
     hints.learn("s", listing(("get", True)), "someone")
     hints.learn("s", listing(("get", True)), "someone")
     assert hints.read_only("s", "get") is True
@@ -157,7 +157,7 @@ def test_a_tool_listed_read_only_again_stays_read_only() -> None:
 
 
 def test_a_malformed_tool_does_not_hide_the_tools_after_it() -> None:
-    hints = ToolHints()
+    hints = LearnedTools()
     result = {"tools": [1, {"name": 2}, {"name": "get", "annotations": {"readOnlyHint": True}}]}
     assert hints.learn("s", result, "someone") == 1
     assert hints.read_only("s", "get")
@@ -175,7 +175,7 @@ def test_notices_after_other_events_in_one_chunk_are_all_found() -> None:
 
 
 def test_a_tool_marked_as_a_writer_stays_one_until_the_server_announces_a_change() -> None:
-    hints = ToolHints()
+    hints = LearnedTools()
     hints.learn(
         "s",
         {

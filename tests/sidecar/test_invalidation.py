@@ -15,8 +15,8 @@ from mcpcache.sidecar.metrics import Metrics
 from mcpcache.sidecar.proxy.invalidation import Invalidator
 from mcpcache.sidecar.rules import arguments
 from mcpcache.sidecar.rules.arguments import MatchedRemoval, argument_digests
-from mcpcache.sidecar.rules.hints import ToolHints
 from mcpcache.sidecar.rules.key import secret_digest
+from mcpcache.sidecar.rules.learned_tools import LearnedTools
 from mcpcache.sidecar.rules.notices import Notice
 
 SCOPES = {
@@ -39,7 +39,7 @@ class Setup:
         for key, scope in SCOPES.items():
             self.cache.store(key, b"{}", False, 60, scope=scope)
         self.metrics = Metrics()
-        self.hints = ToolHints()
+        self.hints = LearnedTools()
         self.hints.learn(
             "s", {"tools": [{"name": "t", "annotations": {"readOnlyHint": True}}]}, "someone"
         )
@@ -195,7 +195,7 @@ def test_a_matched_write_drops_only_the_entries_filed_with_its_values() -> None:
     for key, scope in filed.items():
         cache.store(key, b"{}", False, 60, scope=scope)
     metrics = Metrics()
-    invalidator = Invalidator(cache, metrics, ToolHints())
+    invalidator = Invalidator(cache, metrics, LearnedTools())
     removal = MatchedRemoval("list_*", ours)
     assert invalidator.tools("s", [removal, "search_*"], "write") == 4
     assert set(cache) == {"theirs", "other-tool", "readme"}

@@ -9,7 +9,7 @@ import pytest
 from mcpcache.sidecar.cache.store import Scope
 from mcpcache.sidecar.config import Server
 from mcpcache.sidecar.rules import admission, policy
-from mcpcache.sidecar.rules.hints import ToolHints
+from mcpcache.sidecar.rules.learned_tools import LearnedTools
 from mcpcache.sidecar.rules.messages import Message, Verdict
 
 
@@ -28,7 +28,7 @@ def plan(
     message: Message,
     headers: dict[str, str],
     app: str = "agent",
-    hints: ToolHints | None = None,
+    hints: LearnedTools | None = None,
 ) -> Any:
     return policy.plan(server, message, headers, list(headers.items()), app, hints)
 
@@ -154,7 +154,7 @@ def test_ignored_arguments_leave_the_key_and_nothing_else_does() -> None:
 
 
 def test_only_read_only_tools_caches_what_a_listing_called_read_only() -> None:
-    hints = ToolHints()
+    hints = LearnedTools()
     ruled = server(onlyReadOnlyTools=True, tools=RULES)
 
     def decide(name: str) -> policy.Bypass | policy.Lookup:

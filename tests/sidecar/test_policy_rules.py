@@ -9,7 +9,7 @@ import pytest
 
 from mcpcache.sidecar.cache.store import Scope
 from mcpcache.sidecar.config import Server
-from mcpcache.sidecar.rules import admission, callers, policy
+from mcpcache.sidecar.rules import admission, callers, freshness, policy
 from mcpcache.sidecar.rules.key import cache_key, secret_digest
 from mcpcache.sidecar.rules.messages import Message, Verdict, read_message
 
@@ -242,8 +242,8 @@ def test_stale_windows_run_from_expiry_for_their_length(
 ) -> None:
     revalidating = server(**({"staleWhileRevalidate": window} if window else {}))
     on_error = server(**({"staleIfError": window} if window else {}))
-    assert admission.stale_while_revalidating(revalidating, 100.0, now) is allowed
-    assert admission.stale_on_error(on_error, 100.0, now) is allowed
+    assert freshness.stale_while_revalidating(revalidating, 100.0, now) is allowed
+    assert freshness.stale_on_error(on_error, 100.0, now) is allowed
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,13 @@ from pydantic import ValidationError
 from mcpcache.sidecar.cache.store import Scope
 from mcpcache.sidecar.config import Server, ServerCache
 from mcpcache.sidecar.rules import admission, arguments, policy
-from mcpcache.sidecar.rules.hints import MAX_CALLERS_PER_SERVER, ToolHints, listing_ttl
+from mcpcache.sidecar.rules.learned_tools import (
+    MAX_CALLERS_PER_SERVER,
+    LearnedTools,
+    certain_defaults,
+    listing_ttl,
+)
 from mcpcache.sidecar.rules.messages import Message, Verdict, read_message
-from mcpcache.sidecar.rules.schema_defaults import certain_defaults
 
 PROTOCOL = {"mcp-protocol-version": "2026-07-28"}
 
@@ -36,7 +40,7 @@ def read(uri: str) -> Message:
     return Message({"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {"uri": uri}})
 
 
-def plan(s: Server, message: Message, headers: dict[str, str], hints: ToolHints | None = None):
+def plan(s: Server, message: Message, headers: dict[str, str], hints: LearnedTools | None = None):
     headers = {**PROTOCOL, **headers}
     return policy.plan(s, message, headers, list(headers.items()), "app", hints)
 
@@ -162,7 +166,7 @@ def listing(schema: Any) -> dict[str, Any]:
     return {"tools": [{"name": "search", "inputSchema": schema}]}
 
 
-def listed(s: Server, hints: ToolHints, result: dict[str, Any], headers: dict[str, str]) -> str:
+def listed(s: Server, hints: LearnedTools, result: dict[str, Any], headers: dict[str, str]) -> str:
     """Learn from a `tools/list` answer as the proxy does: under the caller it was shown."""
     message = Message({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
     learner = plan(s, message, headers, hints).learner
@@ -173,7 +177,7 @@ def listed(s: Server, hints: ToolHints, result: dict[str, Any], headers: dict[st
 
 def test_filled_defaults_make_an_omitted_argument_read_its_explicit_defaults_entry() -> None:
     s = server(fillSchemaDefaults=True)
-    hints = ToolHints()
+    hints = LearnedTools()
     listed(s, hints, listing(PLAIN), {})
     omitted = plan(s, call("search", {"q": "x"}), {}, hints)
     explicit = plan(s, call("search", {"q": "x", "limit": 10}), {}, hints)
@@ -184,7 +188,7 @@ def test_filled_defaults_make_an_omitted_argument_read_its_explicit_defaults_ent
     assert explicit.named_key == ""
     keys = {omitted.key, explicit.key}
     assert plan(s, call("search", {"q": "x", "limit": 11}), {}, hints).key not in keys  # type: ignore[union-attr]
-    assert plan(s, call("search", {"q": "x"}), {}, ToolHints()).key not in keys  # type: ignore[union-attr]
+    assert plan(s, call("search", {"q": "x"}), {}, LearnedTools()).key not in keys  # type: ignore[union-attr]
     off = server()
     assert plan(off, call("search", {"q": "x"}), {}, hints).key not in keys  # type: ignore[union-attr]
 
@@ -192,18 +196,18 @@ def test_filled_defaults_make_an_omitted_argument_read_its_explicit_defaults_ent
 def test_skip_if_applies_to_a_default_that_fill_schema_defaults_filled_in() -> None:
     rules = [{"name": "search", "skipIf": {"limit": 10}}]
     s = server(fillSchemaDefaults=True, tools=rules)
-    hints = ToolHints()
+    hints = LearnedTools()
     listed(s, hints, listing(PLAIN), {})
     assert plan(s, call("search", {"q": "x"}), {}, hints) == policy.Bypass("skip_if")
     assert plan(s, call("search", {"q": "x", "limit": 10}), {}, hints) == policy.Bypass("skip_if")
     assert isinstance(plan(s, call("search", {"q": "x", "limit": 5}), {}, hints), policy.Lookup)
-    unlearned = plan(s, call("search", {"q": "x"}), {}, ToolHints())
+    unlearned = plan(s, call("search", {"q": "x"}), {}, LearnedTools())
     assert isinstance(unlearned, policy.Lookup), "nothing filled: nothing to skip"
 
 
 def test_learned_defaults_hold_only_as_long_as_their_listing_may_be_cached() -> None:
     now = [100.0]
-    hints = ToolHints(clock=lambda: now[0])
+    hints = LearnedTools(clock=lambda: now[0])
     hints.learn("s", listing(PLAIN), "alice", 5)
     assert hints.defaults("s", "alice", "search") == {"limit": 10}
     now[0] = 105.0
@@ -221,7 +225,7 @@ def test_learned_defaults_hold_only_as_long_as_their_listing_may_be_cached() -> 
 
 
 def test_listings_that_disagree_leave_a_tool_with_no_defaults_until_forgotten() -> None:
-    hints = ToolHints()
+    hints = LearnedTools()
     hints.learn("s", listing(PLAIN), "alice")
     other = {
         **PLAIN,
@@ -237,7 +241,7 @@ def test_listings_that_disagree_leave_a_tool_with_no_defaults_until_forgotten() 
 
 
 def test_listings_that_differ_only_in_json_type_disagree() -> None:
-    hints = ToolHints()
+    hints = LearnedTools()
     hints.learn("s", listing({"properties": {"a": {"default": 1}}}), "alice")
     hints.learn("s", listing({"properties": {"a": {"default": True}}}), "alice")
     assert hints.defaults("s", "alice", "search") == {}
@@ -247,7 +251,7 @@ def test_defaults_are_learned_per_caller_and_fill_only_that_callers_calls() -> N
     # A server whose `owner` defaults to the logged-in user shows each caller its own
     # default: Alice's listing must not decide what Bob's omitted owner means.
     s = server(fillSchemaDefaults=True)
-    hints = ToolHints()
+    hints = LearnedTools()
     alice, bob = {"authorization": "alice"}, {"authorization": "bob"}
     listed(s, hints, listing_with_default("alice"), alice)
 
@@ -265,7 +269,7 @@ def test_defaults_are_learned_per_caller_and_fill_only_that_callers_calls() -> N
 
 
 def test_the_callers_whose_defaults_are_kept_are_bounded() -> None:
-    hints = ToolHints()
+    hints = LearnedTools()
     for n in range(MAX_CALLERS_PER_SERVER + 1):
         hints.learn("s", listing(PLAIN), f"caller-{n}")
     assert hints.defaults("s", "caller-0", "search") == {}, "the least recent is forgotten"
@@ -276,10 +280,10 @@ def test_ambiguous_headers_neither_learn_nor_fill_nor_look_up() -> None:
     s = server(fillSchemaDefaults=True)
     twice = [("authorization", "a"), ("authorization", "b"), *PROTOCOL.items()]
     message = Message({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
-    listing_plan = policy.plan(s, message, dict(twice), twice, "app", ToolHints())
+    listing_plan = policy.plan(s, message, dict(twice), twice, "app", LearnedTools())
     assert isinstance(listing_plan, policy.Bypass)
     assert listing_plan.learner is None
-    decided = policy.plan(s, call("search", {"q": "x"}), dict(twice), twice, "app", ToolHints())
+    decided = policy.plan(s, call("search", {"q": "x"}), dict(twice), twice, "app", LearnedTools())
     assert decided == policy.Bypass("ambiguous_headers")
 
 
@@ -420,7 +424,7 @@ def test_a_default_learned_from_one_callers_listing_never_fills_a_public_key() -
     # Alice's listing says `owner` defaults to "alice" (a server that defaults to the
     # logged-in user); Bob's omitted owner means his own repositories.
     s = server(fillSchemaDefaults=True, tools=[{"name": "list_repos", "scope": "public"}])
-    hints = ToolHints()
+    hints = LearnedTools()
     listed(s, hints, listing_with_default("alice"), {"authorization": "alice"})
     alice = plan(s, call("list_repos", {"owner": "alice"}), {"authorization": "alice"}, hints)
     bob = plan(s, call("list_repos", {}), {"authorization": "bob"}, hints)

@@ -1,18 +1,19 @@
-"""What the sidecar has learned about each server's tools from the `tools/list` answers
-passing through it: which ones the server declares read-only (`readOnlyHint`), which it
-declares as writers (`readOnlyHint: false`, `destructiveHint: true`: never cached unless
-a rule names them), and the defaults of their arguments (for `fillSchemaDefaults`).
+"""What the sidecar has learned of each server's tools from the `tools/list` answers
+passing through it (their annotations and schema defaults): which ones the server
+declares read-only (`readOnlyHint`), which it declares as writers (`readOnlyHint:
+false`, `destructiveHint: true`: never cached unless a rule names them), and the
+defaults of their arguments (for `fillSchemaDefaults`).
 
 Pure, no I/O. Under `onlyReadOnlyTools` a tool is cached only once some listing has
 called it read-only and none has said otherwise: callers may be shown different lists,
-and a tool one of them sees as a write must not be cached for anyone. What a server
-said is forgotten when it announces that its tools changed.
+and a tool one of them sees as a write must not be cached for anyone. What a server said
+is forgotten when it announces that its tools changed.
 
 Defaults are learned per caller (the digest of who asked for the listing, as the key
 sees them) and fill only that caller's own calls: a schema may name one caller's own
 choices (an owner that defaults to the logged-in user), so Alice's listing says nothing
 of what Bob's omitted argument means. A tool's defaults are used only while every
-listing that caller was shown gives the same certain defaults (`schema_defaults`); two
+listing that caller was shown gives the same certain defaults (`certain_defaults`); two
 that differ (a server that changed without saying so) leave the tool with no defaults
 until the server announces a change. The callers remembered per server are bounded; one
 forgotten has no defaults (no sharing) until it lists the tools again.
@@ -23,6 +24,22 @@ from the next listing, and a call is not filled meanwhile. A call filled from de
 reads the entry of the call that names them, but its own answer is filed apart
 (`policy.plan`): the server may have changed the default since, and a caller who names
 the old value must never read an answer made under the new one.
+
+Only the top-level argument defaults of a tool's `inputSchema` that can be read with
+certainty are learned (`certain_defaults`). An omitted argument and its explicit default
+share an entry only if the server surely fills that default itself. JSON Schema has many
+ways to make a `default` conditional or to put one somewhere else; each of them here
+means "not certain", and an argument without a certain default is keyed as sent (no
+sharing):
+
+- the schema as a whole: not an object with plain `properties`, or any keyword that can
+  add to or change them (`$ref`, `allOf`/`anyOf`/`oneOf`/`not`, `if`/`then`/`else`,
+  `dependentSchemas`, `patternProperties`, `unevaluatedProperties`, and anything not
+  in the short list below): no defaults at all;
+- one property: a `$ref` or a combinator anywhere in it, a `default` of another JSON
+  type than its `type` says or outside its `enum`/`const`, or the property `required`
+  (a default the caller can never omit is a contradiction): that property's default
+  is not used.
 """
 
 from __future__ import annotations
@@ -34,8 +51,6 @@ from typing import Any, Final, NamedTuple
 
 import cachetools
 import orjson
-
-from .schema_defaults import certain_defaults
 
 MAX_TOOLS_PER_SERVER: Final = 10_000
 """Beyond this many names a server's further tools are not remembered (so not cached)."""
@@ -57,7 +72,7 @@ class Learned(NamedTuple):
     tools: dict[str, Mapping[str, Any]]
 
 
-class ToolHints:
+class LearnedTools:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._read_only: dict[str, dict[str, bool]] = {}
@@ -161,3 +176,99 @@ def listing_ttl(result: Any, metadata_ttl: float | None, ttl: float) -> float:
     if isinstance(ttl_ms, int | float) and not isinstance(ttl_ms, bool) and ttl_ms > 0:
         return float(ttl_ms) / 1000
     return metadata_ttl or ttl
+
+
+_SCHEMA_KEYWORDS: Final = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "title",
+        "description",
+        "$schema",
+        "$id",
+        "$comment",
+        "$defs",
+        "definitions",
+        "examples",
+    }
+)
+"""Top-level keywords that change no property's default (`$defs` is only reachable by a
+`$ref`, which makes the property that uses it uncertain)."""
+_UNCERTAIN_IN_PROPERTY: Final = frozenset(
+    {
+        "$ref",
+        "$dynamicRef",
+        "$recursiveRef",
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "not",
+        "if",
+        "then",
+        "else",
+        "dependentSchemas",
+    }
+)
+_JSON_TYPES: Final[dict[str, tuple[type, ...]]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+    "null": (type(None),),
+}
+MAX_DEFAULTS: Final = 64
+
+
+def certain_defaults(schema: Any) -> dict[str, Any]:
+    """The defaults of `schema`'s top-level properties that are certain (see module)."""
+    if not isinstance(schema, dict) or not _SCHEMA_KEYWORDS.issuperset(schema):
+        return {}
+    if schema.get("type", "object") != "object":
+        return {}
+    properties = schema.get("properties")
+    required = schema.get("required", [])
+    if not isinstance(properties, dict) or not isinstance(required, list):
+        return {}
+    found: dict[str, Any] = {}
+    for name, prop in properties.items():
+        if len(found) >= MAX_DEFAULTS:
+            break
+        certain = isinstance(prop, dict) and "default" in prop and name not in required
+        if certain and _certain(prop):
+            found[name] = prop["default"]
+    return found
+
+
+def _certain(prop: Mapping[str, Any]) -> bool:
+    if _mentions_uncertain(prop):
+        return False
+    default = prop["default"]
+    kind = prop.get("type")
+    if kind is not None:
+        kinds = kind if isinstance(kind, list) else [kind]
+        allowed = tuple(t for k in kinds for t in _JSON_TYPES.get(str(k), ()))
+        if not isinstance(default, allowed):
+            return False
+        if isinstance(default, bool) and "boolean" not in kinds:
+            return False  # a bool is an int to Python, never to JSON Schema
+    if "enum" in prop and (not isinstance(prop["enum"], list) or default not in prop["enum"]):
+        return False
+    return "const" not in prop or prop["const"] == default
+
+
+def _mentions_uncertain(value: Any, depth: int = 0) -> bool:
+    """Whether a `$ref` or a combinator appears anywhere in `value` (deeply nested
+    schemas count as uncertain too)."""
+    if depth > 16:
+        return True
+    if isinstance(value, dict):
+        if not _UNCERTAIN_IN_PROPERTY.isdisjoint(value):
+            return True
+        return any(_mentions_uncertain(v, depth + 1) for v in value.values())
+    if isinstance(value, list):
+        return any(_mentions_uncertain(v, depth + 1) for v in value)
+    return False

@@ -104,8 +104,9 @@ for pair in "mcpcache.tar $app" "peers.tar $peers" "pause.tar $pause"; do
   "${buildah[@]}" push --quiet "$2" "docker-archive:$tmp/out/$1:$2" >&2
   echo "$1 $2" >> "$tmp/out/names"
 done
-# Only the stand-in stays in buildah's storage; the archives are the cache.
-"${buildah[@]}" rmi "$app" "$peers" "$pause" >/dev/null
+# Only the stand-in stays in buildah's storage; the archives are the cache. Another
+# build of the same inputs running at once may still be using an image: it stays then.
+"${buildah[@]}" rmi "$app" "$peers" "$pause" >/dev/null 2>&1 || true
 # Another build of the same inputs may have finished first: its result is as good.
 if [ ! -f "$out/names" ]; then
   rm -rf "$out"

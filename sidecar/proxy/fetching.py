@@ -148,14 +148,16 @@ class Fetch:
         finally:
             failure = error.__cause__ if isinstance(error, BrokenBody) else error
             with anyio.CancelScope(shield=True):
-                if self.judgement is None:
-                    if failure is None:
-                        capture.finish()
-                    else:
-                        capture.fail(failure if isinstance(failure, UpstreamFailure) else None)
-                    self._judged()
-                assert self.judgement is not None
-                await relay.close(failure, self.judgement.verdict)
+                try:
+                    if self.judgement is None:
+                        if failure is None:
+                            capture.finish()
+                        else:
+                            capture.fail(failure if isinstance(failure, UpstreamFailure) else None)
+                        self._judged()
+                finally:  # whatever judging did, the response and the ticket are released
+                    verdict = self.judgement.verdict if self.judgement is not None else None
+                    await relay.close(failure, verdict)
         if isinstance(error, BrokenBody):
             flight.break_off()
         elif isinstance(error, UpstreamFailure):  # the JSON body broke off before its head

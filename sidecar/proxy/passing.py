@@ -16,7 +16,7 @@ from ..config import Server
 from ..edge.forwarded import BrokenBody, ForwardedResponse, StreamedResponse
 from ..edge.incoming import Incoming
 from ..rules import admission, cache_status, policy
-from ..rules.callers import SESSION_HEADER, has_credential
+from ..rules.callers import SESSION_HEADER, credential_digest
 from ..rules.capture import ResponseCapture
 from ..rules.headers import forward_headers, response_headers
 from ..rules.learned_tools import listing_ttl
@@ -145,10 +145,10 @@ async def pass_through(
         ticketed=message is not None and (message.is_request or unread),
         query=incoming.query,
         unknown_ids=unread,
-        credentialed=(
-            message is not None
-            and message.method == "initialize"
-            and has_credential(server, incoming.headers)
+        opening=(
+            credential_digest(server, incoming.headers)
+            if message is not None and message.method == "initialize"
+            else None
         ),
     )
     exchange = exchanges.start(server, outbound)

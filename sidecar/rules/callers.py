@@ -148,11 +148,6 @@ def credential_in(name: str, value: str | None) -> bool:
     return True
 
 
-def has_credential(server: Server, headers: Mapping[str, str]) -> bool:
-    """Whether any identity header of the request carries a credential."""
-    return any(credential_in(name, headers.get(name)) for name in server.cache.identity_headers)
-
-
 def credential_digest(server: Server, headers: Mapping[str, str]) -> str:
     """The caller's credentials (the identity headers that carry one) as one digest;
     "" for an anonymous caller."""

@@ -181,7 +181,7 @@ def plan(
 
     `query` is the request's query string: the upstream sees it, so the key holds it.
     `bound_session`: its legacy session is keyed, as on a `sessionScoped` server (one
-    opened with a credential this request does not carry: `upstream.sessions`)."""
+    not opened here with exactly this request's credentials: `upstream.sessions`)."""
     reason = bypass_reason(server, message)
     if reason is not None and reason == message.doubt:
         return Bypass(reason, doubtful_writes(server, message))

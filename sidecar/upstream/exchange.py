@@ -56,8 +56,9 @@ class Outbound:
     """The client's query string, exactly as sent (without `?`)."""
     unknown_ids: bool = False
     """A ticketed body the sidecar could not read: it holds every id of its session."""
-    credentialed: bool = False
-    """An `initialize` that carries a credential (the session it opens is remembered)."""
+    opening: str | None = None
+    """For an `initialize`: the digest of the credentials it carries ("" for none); the
+    session it opens is remembered with it."""
 
 
 class Exchanges:
@@ -123,10 +124,10 @@ class Exchange:
             self._end_span(type(exc).__name__)
             raise
         exchanges.sessions.answered(server, outbound.session, outbound.method, response.status)
-        if outbound.credentialed and 200 <= response.status < 300:
+        if outbound.opening is not None and 200 <= response.status < 300:
             opened = response.header_map.get(SESSION_HEADER)
             if opened:
-                exchanges.sessions.opened(server, opened)
+                exchanges.sessions.opened(server, opened, outbound.opening)
         self._status = response.status
         return response
 

@@ -9,12 +9,15 @@ it ended is not stored after its entries were dropped.
 
 A session is no identity (`rules.callers.session_keyed`), except where the server may
 have made it one: a server that binds a user to a session at `initialize` may take
-later requests of that session without credentials. So a session opened by an
-`initialize` that carried a credential is remembered (the last `BOUND_SESSIONS_KEPT`),
-and a request in it that carries none keeps its entries apart by session, as on a
-`sessionScoped` server: it never reads what another anonymous session stored, nor
-stores where one reads. (A session opened through another replica, or before this
-sidecar started, is not known here: `sessionScoped` is the setting for such servers.)
+later requests of that session with other credentials, or none. So the sidecar keeps,
+for each session it saw opened, the digest of the credentials its `initialize` carried
+(the last `OPENED_SESSIONS_KEPT` sessions), and a request is keyed without its session
+only when it is in a session opened here with exactly its own credentials. Any other
+request in a session keeps its entries apart by session, as on a `sessionScoped`
+server: one whose credentials differ from its session's opening (none, or a cookie
+every user shares), and one in a session not known here (opened through another
+replica or before a restart, made up, or forgotten among many): that costs hits, never
+another caller's answer.
 """
 
 from __future__ import annotations
@@ -26,14 +29,14 @@ import cachetools
 
 from ..cache.store import ResponseCache
 from ..config import Server
-from ..rules.callers import SESSION_HEADER, has_credential
+from ..rules.callers import SESSION_HEADER, credential_digest
 from ..rules.policy import session_scope
 from ..rules.session_ids import SessionRequestIds, Ticket
 
 ENDED_SESSIONS_KEPT: Final = 4096
 """How many ended legacy sessions are remembered."""
-BOUND_SESSIONS_KEPT: Final = 8192
-"""How many sessions opened with a credential are remembered."""
+OPENED_SESSIONS_KEPT: Final = 16384
+"""How many sessions opened here are remembered, with their opening's credentials."""
 
 
 class LegacySessions:
@@ -41,7 +44,8 @@ class LegacySessions:
         self.ids = SessionRequestIds()
         self._cache = cache
         self._ended: cachetools.LRUCache[str, bool] = cachetools.LRUCache(ENDED_SESSIONS_KEPT)
-        self._bound: cachetools.LRUCache[str, bool] = cachetools.LRUCache(BOUND_SESSIONS_KEPT)
+        self._opened: cachetools.LRUCache[str, str] = cachetools.LRUCache(OPENED_SESSIONS_KEPT)
+        """Each session opened here (by scope): the digest of its opening's credentials."""
 
     def ticket(self, server: Server, session: str | None, request_id: Any) -> Ticket | None:
         """A ticket for this request's id in its legacy session; None outside one."""
@@ -61,23 +65,22 @@ class LegacySessions:
         if (http_method == "DELETE" and 200 <= status < 300) or status == 404:
             scope = session_scope(server, session)
             self._ended[scope] = True
-            self._bound.pop(scope, None)
+            self._opened.pop(scope, None)
             self.ids.forget_session(scope)
             self._cache.purge_session(scope)
 
-    def opened(self, server: Server, session: str) -> None:
-        """An `initialize` that carried a credential was answered with this session."""
-        self._bound[session_scope(server, session)] = True
+    def opened(self, server: Server, session: str, credentials: str) -> None:
+        """An `initialize` carrying `credentials` (their digest) opened this session."""
+        self._opened[session_scope(server, session)] = credentials
 
     def bound(self, server: Server, headers: Mapping[str, str]) -> bool:
-        """Whether this request is in a session opened with a credential while it
-        carries none itself: the server may have bound a user to the session."""
-        if not self._bound:
-            return False
+        """Whether this request's session is key material for it: it is in a session
+        not opened here with exactly its own credentials (see the module docstring)."""
         session = headers.get(SESSION_HEADER)
-        if not session or has_credential(server, headers):
-            return False
-        return session_scope(server, session) in self._bound
+        if not session or not session.strip():
+            return False  # outside a session, or a blank one (`callers.caller_of`)
+        opening = self._opened.get(session_scope(server, session))
+        return opening is None or opening != credential_digest(server, headers)
 
     def ended(self, scope: str) -> bool:
         """Whether the session of this scope has ended (as far as it is remembered)."""

@@ -10,6 +10,10 @@ from typing import Any
 
 import pytest
 
+from mcpcache.sidecar.cache.store import ResponseCache
+from mcpcache.sidecar.config import Server
+from mcpcache.sidecar.rules.callers import credential_digest
+from mcpcache.sidecar.upstream.sessions import OPENED_SESSIONS_KEPT, LegacySessions
 from peers.clients import (
     LEGACY,
     MODERN,
@@ -23,6 +27,21 @@ from peers.clients import (
 from peers.echo import who_answered
 from peers.serving import async_wait_until
 from peers.sidecar import one_server
+
+OPENING = {
+    "content-type": "application/json",
+    "accept": "application/json, text/event-stream",
+    "mcp-protocol-version": "2025-11-25",
+}
+"""The headers of an `initialize` (a session-era client's first request)."""
+
+
+async def opened(url: str, **headers: str) -> str:
+    """A legacy session opened through the sidecar by an `initialize` with `headers`."""
+    body = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}
+    answer = await post(url, body, OPENING | headers)
+    assert answer.status_code == 200
+    return answer.headers["mcp-session-id"]
 
 
 def in_session(session: str | None, **extra: str) -> dict[str, str]:
@@ -67,31 +86,39 @@ async def test_a_new_session_of_another_caller_never_reads_an_earlier_sessions_e
     assert peer.calls["whoami"] == calls + 2
 
 
-async def test_any_session_of_the_same_caller_reads_its_entries_but_no_session_does_not(
+async def test_any_session_the_caller_opened_reads_its_entries_but_no_other_does(
     sidecar_on_echo, echo_upstream
 ) -> None:
     peer, _ = echo_upstream
     arguments = {"q": unique()}
     url = sidecar_on_echo.url("echo")
-    first = await post(url, call_body(1, "t", arguments), in_session("s-" + unique()))
+    one, two, eve = (
+        await opened(url),
+        await opened(url),
+        await opened(url, authorization="Bearer eve"),
+    )
+    first = await post(url, call_body(1, "t", arguments), in_session(one))
     assert first.headers["cache-status"] == "mcpcache; fwd=miss; stored"
     calls = peer.calls
-    # A session the upstream never issued is no one's identity: the caller is the same.
-    forged = await post(url, call_body(2, "t", arguments), in_session("forged-" + unique()))
-    assert forged.headers["cache-status"] == "mcpcache; hit"
-    assert forged.json()["result"]["content"] == first.json()["result"]["content"]
+    # Another session the same caller opened: a session is not an identity.
+    again = await post(url, call_body(2, "t", arguments), in_session(two))
+    assert again.headers["cache-status"] == "mcpcache; hit"
+    assert again.json()["result"]["content"] == first.json()["result"]["content"]
     assert peer.calls == calls
+    # A session not opened here (made up, or opened elsewhere) keeps its own entries.
+    forged = await post(url, call_body(3, "t", arguments), in_session("forged-" + unique()))
+    assert forged.headers["cache-status"] == "mcpcache; fwd=miss; stored"
     # Outside any session (which a session-era upstream refuses), it goes upstream.
-    outside = await post(url, call_body(3, "t", arguments), in_session(None))
+    outside = await post(url, call_body(4, "t", arguments), in_session(None))
     assert outside.headers["cache-status"] == "mcpcache; fwd=miss; stored"
     assert who_answered(outside.json())["who"]["mcp-session-id"] is None
-    # Another caller in the same session id never reads the first caller's entry.
+    # Another caller in a session it opened never reads the first caller's entry.
     other = await post(
-        url, call_body(4, "t", arguments), in_session("forged", authorization="Bearer eve")
+        url, call_body(5, "t", arguments), in_session(eve, authorization="Bearer eve")
     )
     assert other.headers["cache-status"] == "mcpcache; fwd=miss; stored"
     assert who_answered(other.json())["who"]["authorization"] == "Bearer eve"
-    assert peer.calls == calls + 2
+    assert peer.calls == calls + 3
 
 
 async def test_a_session_that_does_not_say_its_version_keeps_its_own_entries(
@@ -136,9 +163,9 @@ async def test_an_answer_in_flight_when_its_session_ends_is_stored_only_if_sessi
     peer, app = echo_upstream
     server = one_server(app.base_url + "/mcp", name="echo", sessionScoped=session_scoped)
     sidecar = make_sidecar(server)
-    gate, session = unique(), "ending-" + unique()
-    arguments = {"q": unique(), "hold": gate}
     url = sidecar.url("echo")
+    gate, session = unique(), await opened(url)
+    arguments = {"q": unique(), "hold": gate}
     calls = peer.calls
     pending = asyncio.ensure_future(post(url, call_body(1, "t", arguments), in_session(session)))
     await async_wait_until(lambda: peer.calls == calls + 1, what="the call upstream")
@@ -147,7 +174,7 @@ async def test_an_answer_in_flight_when_its_session_ends_is_stored_only_if_sessi
     assert ended.status_code == 200
     peer.gate(gate).set()
     answer = await asyncio.wait_for(pending, 10)
-    later = await post(url, call_body(2, "t", arguments), in_session("next-" + unique()))
+    later = await post(url, call_body(2, "t", arguments), in_session(await opened(url)))
     if session_scoped:  # the session's entries ended with it, this one too
         assert answer.headers["cache-status"] == "mcpcache; fwd=miss; detail=invalidated"
         assert later.headers["cache-status"] == "mcpcache; fwd=miss; stored"
@@ -168,10 +195,11 @@ async def test_a_follower_in_another_session_shares_only_an_answer_that_was_stor
     gate = unique()
     arguments = {"q": unique(), "hold": gate, **extra}
     url = sidecar_on_echo.url("echo")
+    lead, other = await opened(url), await opened(url)
     calls = peer.calls
-    leader = asyncio.ensure_future(post(url, call_body(1, "t", arguments), in_session("lead")))
+    leader = asyncio.ensure_future(post(url, call_body(1, "t", arguments), in_session(lead)))
     await async_wait_until(lambda: peer.calls == calls + 1, what="the leader upstream")
-    follower = asyncio.ensure_future(post(url, call_body(2, "t", arguments), in_session("other")))
+    follower = asyncio.ensure_future(post(url, call_body(2, "t", arguments), in_session(other)))
     await async_wait_until(lambda: sidecar_on_echo.waiting() == 1, what="the follower to wait")
     peer.gate(gate).set()
     led, followed = await asyncio.wait_for(asyncio.gather(leader, follower), 10)
@@ -183,7 +211,7 @@ async def test_a_follower_in_another_session_shares_only_an_answer_that_was_stor
     else:  # the leader's error may be its session's own: the follower asks for itself
         assert "collapsed" not in followed.headers["cache-status"]
         assert peer.calls == calls + 2
-        assert peer.seen[-1]["mcp-session-id"] == "other"
+        assert peer.seen[-1]["mcp-session-id"] == other
 
 
 async def test_a_session_opened_with_a_credential_keeps_its_entries_when_its_calls_carry_none(
@@ -192,17 +220,9 @@ async def test_a_session_opened_with_a_credential_keeps_its_entries_when_its_cal
     # A server that authenticates only at `initialize` binds the user to the session; its
     # later calls carry the session alone. Two such users must never share an entry.
     url, arguments = sidecar_on_echo.url("echo"), {"q": unique()}
-    opening = {
-        "content-type": "application/json",
-        "accept": "application/json, text/event-stream",
-        "mcp-protocol-version": "2025-11-25",
+    sessions = {
+        user: await opened(url, authorization=user) for user in ("Bearer alice", "Bearer bob")
     }
-    sessions = {}
-    for user in ("Bearer alice", "Bearer bob"):
-        body = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}
-        opened = await post(url, body, opening | {"authorization": user})
-        assert opened.status_code == 200
-        sessions[user] = opened.headers["mcp-session-id"]
     for user, session in sessions.items():
         answer = await post(url, call_body(1, "t", arguments), in_session(session))
         assert answer.headers["cache-status"] == "mcpcache; fwd=miss; stored"
@@ -220,7 +240,41 @@ async def test_a_blank_session_id_never_reads_a_sessions_entries(
     sidecar_on_echo, echo_upstream
 ) -> None:
     url, arguments = sidecar_on_echo.url("echo"), {"q": unique()}
-    stored = await post(url, call_body(1, "t", arguments), in_session("s-" + unique()))
+    stored = await post(url, call_body(1, "t", arguments), in_session(await opened(url)))
     assert stored.headers["cache-status"] == "mcpcache; fwd=miss; stored"
     blank = await post(url, call_body(2, "t", arguments), in_session(""))
     assert blank.headers["cache-status"] != "mcpcache; hit"
+
+
+async def test_a_shared_cookie_on_calls_in_sessions_bound_to_users_never_shares_them(
+    sidecar_on_echo, echo_upstream
+) -> None:
+    # `cookie` is an identity header: a load balancer's affinity cookie, the same for
+    # every user, makes a call look credentialed; it is not what opened the session.
+    url, arguments = sidecar_on_echo.url("echo"), {"q": unique()}
+    sessions = {
+        user: await opened(url, authorization=user) for user in ("Bearer alice", "Bearer bob")
+    }
+    for n, (user, session) in enumerate(sessions.items()):
+        headers = in_session(session, cookie="lb=a")
+        answer = await post(url, call_body(n + 1, "t", arguments), headers)
+        assert answer.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+        assert who_answered(answer.json())["who"]["bound_to"] == user
+
+
+def test_a_session_is_unkeyed_only_for_the_credentials_that_opened_it_here() -> None:
+    sessions = LegacySessions(ResponseCache(16, 1 << 20))
+    server = Server.model_validate({"name": "s", "url": "http://127.0.0.1:9/mcp"})
+    alice = {"authorization": "Bearer alice"}
+    sessions.opened(server, "alice-1", credential_digest(server, alice))
+    sessions.opened(server, "anonymous-1", "")
+    assert not sessions.bound(server, {"mcp-session-id": "alice-1", **alice})
+    assert not sessions.bound(server, {"mcp-session-id": "anonymous-1"})
+    assert sessions.bound(server, {"mcp-session-id": "alice-1"}), "no credential: bound"
+    assert sessions.bound(server, {"mcp-session-id": "alice-1", "cookie": "lb=a"})
+    assert sessions.bound(server, {"mcp-session-id": "made-up"}), "not opened here"
+    assert not sessions.bound(server, {"mcp-session-id": ""}), "blank: its own marker"
+    # Forgotten among many sessions opened since, it is keyed by itself (never shared).
+    for n in range(OPENED_SESSIONS_KEPT):
+        sessions.opened(server, f"mallory-{n}", "")
+    assert sessions.bound(server, {"mcp-session-id": "anonymous-1"})

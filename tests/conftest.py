@@ -1,17 +1,21 @@
+"""What every folder of the suite needs: the markers (and the hook that marks a test by the
+peers it uses), the wait at the end of the session for peers stopping in the background,
+and the session peers of more than one top-level folder (the SDK's servers; the control
+plane, the CRD and the operator). Being here also puts tests/ on the import path, so that
+every test imports `peers`. A peer that one folder uses has its fixture in that folder's
+conftest.py (tests/README.md)."""
+
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client
 
 from peers.binaries import go_built
-from peers.controlplane import BIN_ENV, Authority, ControlPlane
-from peers.echo import EchoUpstream
-from peers.faulty import FaultyUpstream
+from peers.controlplane import BIN_ENV, ControlPlane
 from peers.operator import (
     OPERATOR_NAMESPACE,
     ChartWebhook,
@@ -19,11 +23,7 @@ from peers.operator import (
     install_operator_rbac,
 )
 from peers.paths import CHART, CRD
-from peers.rediscluster import RedisCluster
-from peers.redissentinel import RedisSentinel
-from peers.redisserver import RedisServer, redis_server_binary
-from peers.serving import STOPPING, ServedApp, served, wait_until
-from peers.sidecar import RunningSidecar, one_server
+from peers.serving import STOPPING, ServedApp, wait_until
 from peers.upstream import Upstream
 
 MARKERS = (
@@ -73,132 +73,6 @@ def json_upstream() -> Iterator[tuple[Upstream, ServedApp]]:
     app.stop()
 
 
-@pytest.fixture
-def own_upstream() -> Iterator[tuple[Upstream, ServedApp]]:
-    """A JSON-answering SDK server of the test's own: its counts are the test's, and
-    the test may stop it."""
-    peer = Upstream()
-    app = ServedApp(peer.app(json_response=True)).start()
-    yield peer, app
-    if app.server.started and not app.server.should_exit:
-        app.stop_soon()
-
-
-@pytest.fixture(scope="session")
-def echo_upstream() -> Iterator[tuple[EchoUpstream, ServedApp]]:
-    """A raw upstream that answers as each call's arguments ask (see `peers.echo`)."""
-    peer = EchoUpstream()
-    with served(peer, lifespan="off") as app:
-        yield peer, app
-
-
-@pytest.fixture(scope="session")
-def faulty_upstream() -> Iterator[FaultyUpstream]:
-    """A raw-socket upstream whose path picks a fault (see `peers.faulty`)."""
-    peer = FaultyUpstream().start()
-    yield peer
-    peer.stop()
-
-
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    """One real Redis for the run, on a free loopback port; emptied by tests that need it."""
-    server = RedisServer(redis_server_binary()).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def own_redis_server() -> Iterator[RedisServer]:
-    """A Redis of the test's own, for tests that stop and restart it."""
-    server = RedisServer(redis_server_binary()).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[RedisCluster]:
-    """One real Redis Cluster for the run (3 primaries, 3 replicas); never failed over."""
-    cluster = RedisCluster(redis_server_binary()).start()
-    yield cluster
-    cluster.stop()
-
-
-@pytest.fixture
-def own_redis_cluster() -> Iterator[RedisCluster]:
-    """A Redis Cluster of the test's own, for a test that kills a primary."""
-    cluster = RedisCluster(redis_server_binary()).start()
-    yield cluster
-    cluster.stop()
-
-
-@pytest.fixture(scope="session")
-def redis_sentinel() -> Iterator[RedisSentinel]:
-    """One Sentinel-managed Redis for the run (a primary, a replica, three sentinels)."""
-    deployment = RedisSentinel(redis_server_binary()).start()
-    yield deployment
-    deployment.stop()
-
-
-@pytest.fixture
-def own_redis_sentinel() -> Iterator[RedisSentinel]:
-    """A Sentinel-managed Redis of the test's own, for a test that kills the primary."""
-    deployment = RedisSentinel(redis_server_binary()).start()
-    yield deployment
-    deployment.stop()
-
-
-SidecarFactory = Callable[..., RunningSidecar]
-
-
-@pytest.fixture
-def make_sidecar(tmp_path: Path) -> Iterator[SidecarFactory]:
-    """Start sidecars from config documents; stopped at the end of the test."""
-    running: list[RunningSidecar] = []
-
-    def start(document: dict[str, Any], projected: bool = False) -> RunningSidecar:
-        """`projected`: in a folder of its own, updated as the kubelet updates a mount."""
-        path = tmp_path / f"sidecar-{len(running)}.yaml"
-        if projected:
-            path = tmp_path / f"mounted-{len(running)}" / "config.yaml"
-        sidecar = RunningSidecar(path, document, projected).start()
-        running.append(sidecar)
-        return sidecar
-
-    yield start
-    for sidecar in running:
-        sidecar.stop_soon()
-
-
-@pytest.fixture
-def sidecar_on_echo(make_sidecar: SidecarFactory, echo_upstream) -> RunningSidecar:
-    """A sidecar caching one server, `echo`, on the raw upstream that says who asked."""
-    return make_sidecar(one_server(echo_upstream[1].base_url + "/mcp", name="echo"))
-
-
-def server_entry(name: str, url: str, **cache: Any) -> dict[str, Any]:
-    return {"name": name, "url": url, "cache": {"enabled": True, **cache}}
-
-
-@pytest.fixture
-def sidecar(
-    make_sidecar: SidecarFactory,
-    upstream: tuple[Upstream, ServedApp],
-    json_upstream: tuple[Upstream, ServedApp],
-) -> RunningSidecar:
-    """A sidecar with `sse` and `json` upstreams cached, and `plain` uncached."""
-    return make_sidecar(
-        {
-            "appId": "agent-a",
-            "servers": [
-                server_entry("sse", upstream[1].base_url + "/mcp"),
-                server_entry("json", json_upstream[1].base_url + "/mcp"),
-                {"name": "plain", "url": upstream[1].base_url + "/mcp"},
-            ],
-        }
-    )
-
-
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
     """A real kube-apiserver with etcd, RBAC on, admin kubeconfig at `.kubeconfig`."""
@@ -222,11 +96,6 @@ def crd(control_plane: ControlPlane) -> None:
         )
 
     wait_until(established, 30, "the MCPServer CRD")
-
-
-@pytest.fixture(scope="session")
-def webhook_ca() -> Authority:
-    return Authority.create("mcpcache-webhook-ca")
 
 
 @dataclass

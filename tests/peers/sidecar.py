@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -126,6 +126,11 @@ class RunningSidecar:
         """One raw modern request of a method other than a call (`clients.ask`), to the
         server `s` (the name `one_server` gives)."""
         return await ask(self.url("s"), method, request_id, credential, **params)
+
+
+SidecarFactory = Callable[..., RunningSidecar]
+"""The `make_sidecar` fixture: starts a sidecar from a config document (and, with
+`projected=True`, a file the kubelet's way), stopped at the end of the test."""
 
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,7 +27,7 @@ from peers.echo import who_answered
 from peers.redisserver import RedisServer
 from peers.serving import ServedApp, async_wait_until
 from peers.sidecar import RunningSidecar, one_server
-from peers.typescript_sdk import TypeScriptServer, typescript_server
+from peers.typescript_sdk import TypeScriptServer
 
 LEGACY_VERSION = "2025-06-18"
 
@@ -138,12 +137,6 @@ def echoed(response: httpx.Response) -> dict[str, Any]:
     (message,) = [m for m in sse_messages(response) if "result" in m or "error" in m]
     decoded: dict[str, Any] = json.loads(message["result"]["content"][0]["text"])
     return decoded
-
-
-@pytest.fixture(scope="module")
-def ts_server() -> Iterator[TypeScriptServer]:
-    with typescript_server() as server:
-        yield server
 
 
 async def test_an_answer_the_typescript_server_crosses_by_id_value_is_never_stored(

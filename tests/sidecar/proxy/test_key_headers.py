@@ -5,7 +5,6 @@ a client certificate, a user's address — separates users all the same."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -21,7 +20,7 @@ from peers.clients import call_body, call_headers, http_client, unique
 from peers.echo import EchoUpstream, who_answered
 from peers.serving import ServedApp
 from peers.sidecar import RunningSidecar, one_server
-from peers.typescript_sdk import TypeScriptServer, typescript_client_calls, typescript_server
+from peers.typescript_sdk import TypeScriptServer, typescript_client_calls
 
 
 def echo_sidecar(
@@ -194,12 +193,6 @@ def test_a_header_the_server_ignores_never_splits_a_key(name: str, one: str, oth
 
 # The SDK clients still get hits out of the box (the Python client's, in both eras, are
 # in test_caching: test_second_identical_call_is_served_from_cache).
-
-
-@pytest.fixture(scope="module")
-def ts_server() -> Iterator[TypeScriptServer]:
-    with typescript_server() as server:
-        yield server
 
 
 def test_the_typescript_sdk_client_gets_hits_out_of_the_box(

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Mutation testing of the pure modules (and the pure parts of a few others) against their
-# fast unit tests, with mutmut. Not part of CI's run: it takes minutes per module. Run it
-# after changing one of these modules or its tests, and kill (or explain) every mutant
-# that survives.
+# fast unit tests (tests/pure/), with mutmut. Not part of CI's run: it takes minutes per
+# module. Run it after changing one of these modules or its tests, and kill (or explain)
+# every mutant that survives.
 #
 #   bash tests/mutation.sh                            # every module below
 #   bash tests/mutation.sh rules/key cache/store      # some of them (sidecar/ is implied)
@@ -29,22 +29,6 @@ ALL=(
   upstream/flights proxy/invalidation tiers/codec tiers/breaker app/admin
   operator/resource operator/configmap operator/status operator/injection
 )
-# The fast unit tests that pin these modules down (no sockets, no subprocesses), by their
-# path under tests/.
-TESTS=(
-  sidecar/test_key.py sidecar/test_key_form.py sidecar/test_policy.py
-  sidecar/test_policy_rules.py sidecar/test_policy_sharing.py sidecar/test_store.py
-  sidecar/test_store_properties.py sidecar/test_units.py sidecar/test_config.py
-  sidecar/test_sse.py sidecar/test_messages.py sidecar/test_headers.py
-  sidecar/test_capture.py sidecar/test_value_forms.py sidecar/test_event_bounds.py
-  sidecar/test_store_rules.py sidecar/test_config_tiers.py sidecar/test_session_ids.py
-  sidecar/test_hints_and_notices.py sidecar/test_flights.py sidecar/test_invalidation.py
-  sidecar/test_tier_values.py sidecar/test_admin_requests.py sidecar/test_store_layout.py
-  sidecar/test_observations.py sidecar/test_reading.py
-  operator/test_resource_rules.py operator/test_status_rules.py
-  operator/test_injection_rules.py
-)
-
 fresh=0
 modules=()
 for arg in "$@"; do
@@ -114,24 +98,20 @@ stage_module() {  # the package tree, the tests and mutmut's settings for module
       done < <(cd "$stage/src/mcpcache/$package" && find . -name '*.py')
     fi
   done
-  # The tests, with the shared helpers of tests/peers/ and an empty conftest.py (so that
-  # pytest puts tests/ on the path for `peers`, as in the full suite).
+  # The tests that pin the modules down: all of tests/pure/ (no sockets, no subprocesses:
+  # its conftest.py, copied with it, refuses both), with the shared helpers of
+  # tests/peers/ and an empty tests/conftest.py (so that pytest puts tests/ on the path
+  # for `peers`, as in the full suite).
   rm -rf "$stage/tests"
-  mkdir -p "$stage/tests/sidecar" "$stage/tests/operator"
+  mkdir -p "$stage/tests"
   cp -rp "$ROOT/tests/peers" "$stage/tests/peers"
+  cp -rp "$ROOT/tests/pure" "$stage/tests/pure"
   : > "$stage/tests/conftest.py"
-  local selected=()
-  for test in "${TESTS[@]}"; do
-    if [ -f "$ROOT/tests/$test" ]; then
-      cp -p "$ROOT/tests/$test" "$stage/tests/$test"
-      selected+=("\"tests/$test\"")
-    fi
-  done
   cat > "$stage/pyproject.toml" <<TOML
 [tool.mutmut]
 source_paths = ["src/mcpcache"]
 only_mutate = ["src/mcpcache/$module.py"]
-pytest_add_cli_args_test_selection = [$(IFS=,; echo "${selected[*]}")]
+pytest_add_cli_args_test_selection = ["tests/pure"]
 pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]
 
 [tool.pytest.ini_options]

@@ -1,7 +1,7 @@
 """Draws the spans of one trace, as the tests' collector wrote them, as an SVG waterfall:
 the picture on the tracing page is made from the tracing tests' own output.
 
-    MCPCACHE_SPANS_OUT=/tmp/spans.jsonl bash tests/run.sh tests/sidecar/test_tracing.py
+    MCPCACHE_SPANS_OUT=/tmp/spans.jsonl bash tests/run.sh tests/sidecar/app/test_tracing.py
     python docs/operations/trace_waterfall.py /tmp/spans.jsonl docs/operations/images/trace.svg
 
 It draws the trace of the tests' first miss and hit (the trace whose server spans

@@ -1,6 +1,6 @@
 """The admin endpoints on their own, driven through their ASGI request (no sockets): who
 may call them, which requests they refuse and why, what a purge removes and what stats
-count. The endpoints over a real listener and the CLI: test_purge.py."""
+count. The endpoints over a real listener and the CLI: tests/sidecar/app/test_purge.py."""
 
 from __future__ import annotations
 

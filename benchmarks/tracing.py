@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import subprocess
@@ -35,6 +34,8 @@ from mcpcache.sidecar.app.assembly import Sidecar
 from mcpcache.sidecar.config import SidecarConfig
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from peers.otelcol import Collector  # noqa: E402
 
 
 def collector_bin() -> Path:
@@ -47,26 +48,12 @@ def collector_bin() -> Path:
 
 @contextmanager
 def collector() -> Iterator[str]:
-    """A collector receiving OTLP/HTTP and writing nothing anyone keeps."""
-    port = bench.free_port()
-    config = {
-        "receivers": {"otlp": {"protocols": {"http": {"endpoint": f"127.0.0.1:{port}"}}}},
-        "exporters": {"file": {"path": "/dev/null"}},
-        "service": {
-            "telemetry": {"metrics": {"level": "none"}, "logs": {"level": "error"}},
-            "pipelines": {"traces": {"receivers": ["otlp"], "exporters": ["file"]}},
-        },
-    }
-    config_path = Path(f"/tmp/mcpcache-bench-otelcol-{port}.yaml")
-    config_path.write_text(json.dumps(config))  # JSON is YAML
-    binary = collector_bin() / "otelcol"
-    process = subprocess.Popen([str(binary), "--config", f"file:{config_path}"])
+    """The test suite's collector peer, receiving OTLP/HTTP; its endpoint."""
+    running = Collector(collector_bin()).start()
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield running.endpoint
     finally:
-        process.terminate()
-        process.wait(10)
-        config_path.unlink()
+        running.remove()
 
 
 async def cpu_us(sidecar: Sidecar, app: Any, calls: int, key: Callable[[], str]) -> float:
@@ -79,7 +66,8 @@ async def cpu_us(sidecar: Sidecar, app: Any, calls: int, key: Callable[[], str])
     if sidecar.tracer is not None:
         export = sidecar.tracer.export
         export.force_flush()
-        while export.queued:  # noqa: ASYNC110 - the export thread says nothing when done
+        deadline = time.monotonic() + 30
+        while export.queued and time.monotonic() < deadline:  # noqa: ASYNC110 - the export thread says nothing when done
             await asyncio.sleep(0.005)
     return (time.process_time() - started) / calls * 1e6
 

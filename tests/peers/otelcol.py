@@ -6,6 +6,7 @@ reads the spans back from that file as the collector got them."""
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -136,3 +137,8 @@ class Collector:
         if self.process is not None:
             end_process_group(self.process)
             self.process = None
+
+    def remove(self) -> None:
+        """Stop, and remove its folder (config, spans, log)."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)

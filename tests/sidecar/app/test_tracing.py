@@ -58,6 +58,7 @@ def collector(otelcol_bin: Path) -> Iterator[Collector]:
     running.stop()
     if out := os.environ.get("MCPCACHE_SPANS_OUT"):  # for docs/operations/trace_waterfall.py
         shutil.copyfile(running.spans_path, out)
+    running.remove()
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import LISTEN_PORT_ENV, ConfigError
+from .config.units import format_duration
 
 logger = logging.getLogger("mcpcache")
 
@@ -112,14 +113,8 @@ def _size(value: int) -> str:
 
 
 def _seconds(value: float) -> str:
-    """Seconds as a person reads them: `850ms`, `12.4s`, `3h25m`."""
-    if value < 1:
-        return f"{value * 1000:.0f}ms"
-    if value < 60:
-        return f"{value:.1f}s"
-    minutes, seconds = divmod(int(value), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
+    """Seconds as durations are written in the config: `850ms`, `12s`, `3h25m4s`."""
+    return format_duration(round(value, 3) if value < 1 else round(value))
 
 
 def _stats(args: argparse.Namespace) -> int:

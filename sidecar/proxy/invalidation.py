@@ -14,11 +14,11 @@ as a whole is dropped whenever they may have been missed (`resync`, see
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import logging
 from collections.abc import Callable, Iterable
 from typing import Final, Literal
 
+from ..cache import globs
 from ..cache.store import ResponseCache
 from ..config import SidecarConfig
 from ..metrics import Metrics
@@ -197,7 +197,7 @@ def _matching_keys(cache: ResponseCache, server: str, removals: list[MatchedRemo
         if scope.tool is None:
             continue
         for removal in removals:
-            if fnmatch.fnmatchcase(scope.tool, removal.tool) and recorded_match(
+            if globs.matches(scope.tool, removal.tool) and recorded_match(
                 scope.arguments, removal.values
             ):
                 found.extend(keys)

@@ -44,8 +44,11 @@ class LegacySessions:
         self.ids = SessionRequestIds()
         self._cache = cache
         self._ended: cachetools.LRUCache[str, bool] = cachetools.LRUCache(ENDED_SESSIONS_KEPT)
-        self._opened: cachetools.LRUCache[str, str] = cachetools.LRUCache(OPENED_SESSIONS_KEPT)
-        """Each session opened here (by scope): the digest of its opening's credentials."""
+        self._opened: cachetools.LRUCache[tuple[str, str], str] = cachetools.LRUCache(
+            OPENED_SESSIONS_KEPT
+        )
+        """Each session opened here, by server and id (looked up on every request in a
+        session, so not digested): the digest of its opening's credentials."""
 
     def ticket(self, server: Server, session: str | None, request_id: Any) -> Ticket | None:
         """A ticket for this request's id in its legacy session; None outside one."""
@@ -65,13 +68,13 @@ class LegacySessions:
         if (http_method == "DELETE" and 200 <= status < 300) or status == 404:
             scope = session_scope(server, session)
             self._ended[scope] = True
-            self._opened.pop(scope, None)
+            self._opened.pop((server.name, session), None)
             self.ids.forget_session(scope)
             self._cache.purge_session(scope)
 
     def opened(self, server: Server, session: str, credentials: str) -> None:
         """An `initialize` carrying `credentials` (their digest) opened this session."""
-        self._opened[session_scope(server, session)] = credentials
+        self._opened[server.name, session] = credentials
 
     def bound(self, server: Server, headers: Mapping[str, str]) -> bool:
         """Whether this request's session is key material for it: it is in a session
@@ -79,7 +82,7 @@ class LegacySessions:
         session = headers.get(SESSION_HEADER)
         if not session or not session.strip():
             return False  # outside a session, or a blank one (`callers.caller_of`)
-        opening = self._opened.get(session_scope(server, session))
+        opening = self._opened.get((server.name, session))
         return opening is None or opening != credential_digest(server, headers)
 
     def ended(self, scope: str) -> bool:

@@ -32,7 +32,7 @@ import orjson
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from mcpcache.sidecar.rules.key import cache_key, secret_digest
+from mcpcache.sidecar.rules.key.cache_key import cache_key, secret_digest
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

@@ -5,9 +5,9 @@
 # every mutant that survives.
 #
 #   bash tests/mutation.sh                            # every module below
-#   bash tests/mutation.sh rules/key cache/store      # some of them (sidecar/ is implied)
+#   bash tests/mutation.sh rules/key/cache_key cache/store   # some (sidecar/ is implied)
 #   bash tests/mutation.sh operator/resource          # an operator module
-#   bash tests/mutation.sh --fresh rules/key          # forget earlier results first
+#   bash tests/mutation.sh --fresh rules/key/cache_key  # forget earlier results first
 #
 # A module is named by its path without `.py`, under `sidecar/` unless it starts with
 # `operator/`. mutmut goes into a throwaway virtualenv of its own (not the project's), and
@@ -22,10 +22,13 @@ cache=${MCPCACHE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcpcache}
 python=${PYTHON:-python3}
 MUTMUT_VERSION=3.8.1
 ALL=(
-  rules/key rules/policy rules/admission cache/store rules/messages rules/capture config/units
-  config/fields config/servers config/tools config/model rules/sse rules/headers
-  rules/session_ids rules/learned_tools rules/notices rules/arguments rules/callers rules/numbers
-  rules/reading
+  rules/key/cache_key rules/key/callers rules/policy/plan rules/policy/keys rules/policy/arguments
+  rules/admission/judgement rules/admission/response_headers rules/admission/sharing
+  rules/admission/capture rules/admission/freshness rules/protocol/messages rules/protocol/results
+  rules/protocol/events rules/protocol/session_ids rules/reading/body rules/reading/numbers
+  rules/reading/headers rules/reading/arguments rules/invalidation/writes
+  rules/invalidation/removals rules/invalidation/notices rules/learned_tools rules/cache_status
+  cache/store config/units config/fields config/servers config/tools config/model
   upstream/flights proxy/invalidation tiers/codec tiers/breaker app/admin
   operator/resource operator/configmap operator/status operator/injection
 )

@@ -25,8 +25,8 @@ from ..edge.incoming import Incoming
 from ..edge.origin import OriginPolicy
 from ..metrics import Metrics
 from ..proxy.invalidation import Invalidator
-from ..rules.headers import JSON, media_type
-from ..rules.messages import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
+from ..rules.protocol.messages import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
+from ..rules.reading.headers import JSON, media_type
 
 PURGE_PATH: Final = "/admin/purge"
 STATS_PATH: Final = "/admin/stats"

@@ -31,7 +31,7 @@ from ..metrics import Metrics, SharedMetrics
 from ..proxy.invalidation import Invalidator
 from ..proxy.router import Proxy
 from ..rules.learned_tools import LearnedTools
-from ..rules.messages import INVALID_REQUEST
+from ..rules.protocol.messages import INVALID_REQUEST
 from ..tiers.announcement import Announcement
 from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamClient

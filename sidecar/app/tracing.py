@@ -43,7 +43,7 @@ from ..config.tracing import SERVICE_NAME, Tracing
 from ..edge import spans
 from ..edge.incoming import Incoming
 from ..proxy.router import Proxy
-from ..rules.messages import Message
+from ..rules.protocol.messages import Message
 
 logger = logging.getLogger("mcpcache.sidecar")
 

@@ -13,7 +13,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..cache.store import Entry
 from ..rules import cache_status
-from ..rules.messages import RESULT, frame_parts, frame_response
+from ..rules.protocol.results import RESULT, frame_parts, frame_response
 
 
 class HitResponse:

@@ -11,15 +11,15 @@ from typing import Final
 from starlette.types import Message as ASGIMessage
 from starlette.types import Receive, Scope
 
-from ..rules.headers import accepts_both, joined, utf8_json
-from ..rules.messages import (
+from ..rules.protocol.messages import (
     HEADER_MISMATCH,
     INVALID_REQUEST,
     Message,
     read_message,
     routing_header_mismatch,
 )
-from ..rules.reading import LARGE_BODY
+from ..rules.reading.body import LARGE_BODY
+from ..rules.reading.headers import accepts_both, joined, utf8_json
 from .errors import REQUEST_TOO_LARGE, ProxyError
 
 UNCHECKED_BODY: Final = 64 << 10

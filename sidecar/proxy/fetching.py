@@ -3,7 +3,7 @@
 A `Fetch` is one exchange, read to its end: it passes the answer on to the flight's
 leader (while there is one) chunk by chunk, and as soon as the capture has seen the
 final answer (before the chunk that carried it goes on), or the body has ended, it has
-the answer judged (`admission.judge`, from what was seen) and carries the judgement
+the answer judged (`admission.judgement.judge`, from what was seen) and carries the judgement
 out: stores what may be stored (in memory, then in the Redis tier without waiting),
 records what the upstream accepted and showed, and settles what the flight's followers
 receive. It decides nothing itself. It is sent with exactly its own request's headers
@@ -27,13 +27,18 @@ from ..edge import spans
 from ..edge.forwarded import BrokenBody
 from ..edge.incoming import Incoming
 from ..metrics import Metrics
-from ..rules import admission, cache_status, freshness, policy
-from ..rules.admission import FollowerShare, Judgement
-from ..rules.callers import SESSION_HEADER
-from ..rules.capture import ResponseCapture
-from ..rules.headers import forward_headers, response_headers
+from ..rules import cache_status
+from ..rules.admission import freshness
+from ..rules.admission.capture import ResponseCapture
+from ..rules.admission.judgement import Answer, Judgement, judge
+from ..rules.admission.response_headers import response_refusal
+from ..rules.admission.sharing import FollowerShare, early_share
+from ..rules.key.callers import SESSION_HEADER
 from ..rules.learned_tools import listing_ttl
-from ..rules.messages import ERROR, RESULT, Message
+from ..rules.policy.plan import Lookup
+from ..rules.protocol.messages import Message
+from ..rules.protocol.results import ERROR, RESULT
+from ..rules.reading.headers import forward_headers, response_headers
 from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamFailure
 from ..upstream.exchange import Exchange, Exchanges, Outbound
@@ -50,7 +55,7 @@ class CacheableRequest:
     server: Server
     message: Message
     raw: bytes
-    lookup: policy.Lookup
+    lookup: Lookup
     method: str
     """Its metrics label."""
     app_id: str
@@ -130,10 +135,10 @@ class Fetch:
             request.message.id, response.event_stream, server.cache.effective_max_size
         )
         flight.capture = capture
-        refused = admission.response_refusal(
+        refused = response_refusal(
             server, request.lookup, status, response.header_map, response.event_stream
         )
-        early = admission.early_share(status, capture, refused)
+        early = early_share(status, capture, refused)
         if early is not None:  # followers need not wait for the body
             flight.settle(self._outcome(early))
         relay = exchange.relay(response, capture)
@@ -201,7 +206,7 @@ class Fetch:
                 if capture.final_seen:
                     edit = self._editor(self._judged())
                 elif flight.outcome is None:
-                    early = admission.early_share(self._status, capture, None)
+                    early = early_share(self._status, capture, None)
                     if early is not None:  # the server asked the leader's client
                         flight.settle(self._outcome(early))
             if edit is not None:
@@ -230,7 +235,7 @@ class Fetch:
         assert capture is not None
         assert flight is not None
         lookup = request.lookup
-        answer = admission.Answer(
+        answer = Answer(
             self._status,
             self._header_map,
             capture,
@@ -238,7 +243,7 @@ class Fetch:
             overtaken=storage.invalidator.epoch(server.name) != self._epoch,
             session_ended=bool(lookup.session) and self._exchanges.sessions.ended(lookup.session),
         )
-        judgement = self.judgement = admission.judge(
+        judgement = self.judgement = judge(
             server, lookup, request.message.method, answer, storage.cache.max_bytes
         )
         final, cache = judgement.final, server.cache

@@ -18,9 +18,9 @@ from ..config import Server
 from ..edge.hit import HitResponse
 from ..edge.incoming import Incoming
 from ..metrics import Metrics
-from ..rules import policy
 from ..rules.learned_tools import LearnedTools, listing_ttl
-from ..rules.messages import Message
+from ..rules.policy.plan import Lookup
+from ..rules.protocol.messages import Message
 from ..upstream.exchange import Exchanges
 from ..upstream.flights import Coalescer
 from .fetching import CacheableRequest, Storage
@@ -55,7 +55,7 @@ class Hits:
         incoming: Incoming,
         server: Server,
         message: Message,
-        plan: policy.Lookup,
+        plan: Lookup,
         method: str,
         app_id: str,
         entry: Entry,

@@ -22,9 +22,9 @@ from ..cache import globs
 from ..cache.store import ResponseCache
 from ..config import SidecarConfig
 from ..metrics import Metrics
-from ..rules.arguments import EVERY_ENTRY, MatchedRemoval, Removal, recorded_match
+from ..rules.invalidation.notices import Notice
+from ..rules.invalidation.removals import EVERY_ENTRY, MatchedRemoval, Removal, recorded_match
 from ..rules.learned_tools import LearnedTools
-from ..rules.notices import Notice
 from ..tiers.announcement import Announcement
 
 Cause = Literal["write", "notification", "purge", "replica", "resync"]

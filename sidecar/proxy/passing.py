@@ -1,8 +1,8 @@
 """Forwarding what the cache does not answer: other methods, bypassed calls, GET streams
 and DELETEs. Nothing is stored; a request's answer is still followed, to end a stream
 that breaks before answering with an error the client sees, and to act on it as
-`admission.forwarded` judges it: a write invalidates, a `tools/list` teaches read-only
-hints (`Following`, which reads the relay on the client's behalf).
+`admission.judgement.judge_forwarded` judges it: a write invalidates, a `tools/list`
+teaches read-only hints (`Following`, which reads the relay on the client's behalf).
 """
 
 from __future__ import annotations
@@ -15,12 +15,15 @@ import anyio
 from ..config import Server
 from ..edge.forwarded import BrokenBody, ForwardedResponse, StreamedResponse
 from ..edge.incoming import Incoming
-from ..rules import admission, cache_status, policy
-from ..rules.callers import SESSION_HEADER, credential_digest
-from ..rules.capture import ResponseCapture
-from ..rules.headers import forward_headers, response_headers
+from ..rules import cache_status
+from ..rules.admission.capture import ResponseCapture
+from ..rules.admission.judgement import answer_verdict, judge_forwarded, shareable_final
+from ..rules.key.callers import SESSION_HEADER, credential_digest
 from ..rules.learned_tools import listing_ttl
-from ..rules.messages import Message, Verdict, method_label
+from ..rules.policy.plan import Bypass
+from ..rules.protocol.messages import Message, method_label
+from ..rules.protocol.results import Verdict
+from ..rules.reading.headers import forward_headers, response_headers
 from ..upstream.client import UpstreamFailure
 from ..upstream.exchange import Exchange, Exchanges, Outbound, failure_error
 from ..upstream.relay import Relay
@@ -39,7 +42,7 @@ class Following:
         self,
         invalidator: Invalidator,
         server: Server,
-        plan: policy.Bypass,
+        plan: Bypass,
         message: Message | None,
         event_stream: bool,
         status: int,
@@ -71,7 +74,7 @@ class Following:
     def check(self) -> None:
         """Act on the answer as soon as what the capture saw says what it was."""
         if self.follows and self.verdict is None and self.capture is not None:
-            verdict = admission.answer_verdict(self.capture)
+            verdict = answer_verdict(self.capture)
             if verdict is not None:
                 self._act(verdict)
 
@@ -89,10 +92,10 @@ class Following:
     def _act(self, verdict: Verdict) -> None:
         plan, server, capture = self._plan, self._server, self.capture
         self.verdict = verdict
-        final = admission.shareable_final(capture, verdict) if capture is not None else None
+        final = shareable_final(capture, verdict) if capture is not None else None
         current = not self._exchange.id_reused
         current = current and self._invalidator.epoch(server.name) == self._epoch
-        judged = admission.forwarded(plan, self._status, verdict, final, self._unread, current)
+        judged = judge_forwarded(plan, self._status, verdict, final, self._unread, current)
         if judged.wrote:
             self._invalidator.tools(server.name, plan.invalidates, "write")
             self.wrote = True
@@ -125,7 +128,7 @@ async def pass_through(
     via: str,
     incoming: Incoming,
     server: Server,
-    plan: policy.Bypass,
+    plan: Bypass,
     message: Message | None = None,
     raw: bytes | None = None,
 ) -> ForwardedResponse | StreamedResponse:

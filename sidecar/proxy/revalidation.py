@@ -23,7 +23,7 @@ import orjson
 
 from ..cache.entry import Entry
 from ..cache.observations import Revalidated, answer_digest, scope_label
-from ..rules.admission import Judgement
+from ..rules.admission.judgement import Judgement
 from ..upstream.exchange import Exchanges
 from ..upstream.flights import Flight
 from .fetching import CacheableRequest, Fetch, Storage

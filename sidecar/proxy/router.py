@@ -35,9 +35,11 @@ from ..edge.hit import HitResponse
 from ..edge.incoming import Incoming
 from ..edge.origin import OriginPolicy
 from ..metrics import Metrics
-from ..rules import cache_status, freshness, policy
-from ..rules.callers import extra_keyed_headers
-from ..rules.messages import Message, method_label
+from ..rules import cache_status
+from ..rules.admission import freshness
+from ..rules.key.callers import extra_keyed_headers
+from ..rules.policy.plan import Bypass, Lookup, plan, public_side
+from ..rules.protocol.messages import Message, method_label
 from ..tiers.redis_tier import RedisTier, TierRead
 from ..upstream.client import UpstreamClient
 from ..upstream.exchange import Exchanges, failure_error
@@ -99,10 +101,10 @@ class Proxy:
         config = self._config()
         server = self._route(incoming, config, server_name)
         if incoming.method != "POST":
-            return await self._pass(incoming, server, policy.Bypass("method"))
+            return await self._pass(incoming, server, Bypass("method"))
         raw = await incoming.read_body(config.max_request_bytes)
         message = await incoming.message(raw)
-        plan = policy.plan(
+        decision = plan(
             server,
             message,
             incoming.headers,
@@ -113,55 +115,59 @@ class Proxy:
             self.exchanges.sessions.bound(server, incoming.headers),
         )
         method = method_label(message.method)
-        if isinstance(plan, policy.Bypass):
+        if isinstance(decision, Bypass):
             if message.is_request or message.doubt is not None:
-                self.metrics.count_bypass(server.name, method, plan.reason)
-            return await self._pass(incoming, server, plan, message, raw)
+                self.metrics.count_bypass(server.name, method, decision.reason)
+            return await self._pass(incoming, server, decision, message, raw)
         # An entry for every caller answers only a credential the upstream accepted.
-        verified = self.credentials.accepted(plan.scope, plan.credential)
-        unverified = plan.scope.public and not verified
-        entry = None if unverified else self.cache.get_fresh(plan.key)
-        if entry is None and plan.named_key:  # a call filled from defaults
-            entry = self.cache.get_fresh(plan.named_key)
-        if entry is None and plan.public_key and verified:  # trustPublicHints
-            entry = self.cache.get_fresh(plan.public_key)
+        verified = self.credentials.accepted(decision.scope, decision.credential)
+        unverified = decision.scope.public and not verified
+        entry = None if unverified else self.cache.get_fresh(decision.key)
+        if entry is None and decision.named_key:  # a call filled from defaults
+            entry = self.cache.get_fresh(decision.named_key)
+        if entry is None and decision.public_key and verified:  # trustPublicHints
+            entry = self.cache.get_fresh(decision.public_key)
         doubted, epoch = None, self.invalidator.epoch(server.name)
         if entry is not None and self.tier is not None and not self.tier.listening:
             # Removals by other replicas may have been missed: Redis answers instead
             # where it can (tiers.broadcast).
             doubted, entry = entry, None
-            if plan.session and self.tier.out_of_reach:
+            if decision.session and self.tier.out_of_reach:
                 entry = doubted
         if entry is not None:
-            return self.hits.answer(incoming, server, message, plan, method, config.app_id, entry)
+            return self.hits.answer(
+                incoming, server, message, decision, method, config.app_id, entry
+            )
         generation = None
-        if self.tier is not None and not plan.session:
+        if self.tier is not None and not decision.session:
             # Answers given inside a legacy session end with it: they stay in memory.
-            entry, found = await self._tier_lookup(self.tier, config.app_id, server, plan)
+            entry, found = await self._tier_lookup(self.tier, config.app_id, server, decision)
             generation = found.generation
             unreached = found.out_of_reach and self.invalidator.epoch(server.name) == epoch
             if doubted is not None and entry is None and unreached:  # the breaker open
                 app_id = config.app_id
-                return self.hits.answer(incoming, server, message, plan, method, app_id, doubted)
+                return self.hits.answer(
+                    incoming, server, message, decision, method, app_id, doubted
+                )
             if unverified:  # looked up for its generation, to write its answer under
                 entry = None
-            if entry is None and plan.public_key and verified:
-                public = policy.public_side(plan)
+            if entry is None and decision.public_key and verified:
+                public = public_side(decision)
                 entry = (await self._tier_lookup(self.tier, config.app_id, server, public))[0]
             if entry is not None:
                 self.metrics.count(server.name, method, "hit")
                 self.metrics.saved(server.name, entry.fetch_seconds)
                 return HitResponse.of(entry, message.id, self.cache.timer(), from_tier=True)
-        extra = extra_keyed_headers(server, plan.keyed)
+        extra = extra_keyed_headers(server, decision.keyed)
         if extra:
             self.metrics.count_keyed_headers(server.name, extra)
         request = CacheableRequest(
-            incoming, server, message, raw, plan, method, config.app_id, generation, unverified
+            incoming, server, message, raw, decision, method, config.app_id, generation, unverified
         )
         return await self._miss(request)
 
     async def _tier_lookup(
-        self, tier: RedisTier, app_id: str, server: Server, plan: policy.Lookup
+        self, tier: RedisTier, app_id: str, server: Server, plan: Lookup
     ) -> tuple[Entry | None, TierRead]:
         """The Redis tier's entry for this lookup (verified there), copied into memory
         for the rest of its life, as long as its own policy allows (a tool rule's TTL
@@ -314,7 +320,7 @@ class Proxy:
         self,
         incoming: Incoming,
         server: Server,
-        plan: policy.Bypass,
+        plan: Bypass,
         message: Message | None = None,
         raw: bytes | None = None,
     ) -> ForwardedResponse | StreamedResponse:

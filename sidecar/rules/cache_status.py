@@ -10,22 +10,70 @@ cache while it is asked again in the background), or `fwd=stale; fwd-status=<cod
 detail=stale-if-error` (the upstream was asked and failed; `fwd-status` only when it
 answered with an HTTP status at all); from an entry for every caller, the detail says
 so first (`detail=public-stale-if-error`).
+
+The reasons themselves are named here, once, for every part that gives or counts them:
+`BypassReason` (why a request is never looked up), `NotStoredReason` (why an answer is
+not kept) and `Doubt` (why a message is not read with certainty).
 """
 
 from __future__ import annotations
 
-from typing import Final
-
-from .messages import BypassReason
+from typing import Final, Literal
 
 HIT: Final = "mcpcache; hit"
+
 SHARED_HIT: Final = "mcpcache; hit; detail=shared"
 """Answered from the shared tier (Redis), not from this sidecar's memory."""
+
 PUBLIC_HIT: Final = "mcpcache; hit; detail=public"
 """Answered from an entry for every caller of the server (`scope: public`, or a result
 the server marked public under `trustPublicHints`), not from the caller's own."""
+
 SHARED_PUBLIC_HIT: Final = "mcpcache; hit; detail=shared-public"
 """Both: an entry for every caller, read from the shared tier."""
+
+BypassReason = Literal[
+    "method",
+    "disabled",
+    "request_state",
+    "task",
+    "unreadable",
+    "batch",
+    "ambiguous_name",
+    "ambiguous_headers",
+    "accept",
+    "too_deep",
+    "positional_params",
+    "tool_rule",
+    "declared_writer",
+    "not_read_only",
+    "skip_if",
+]
+
+NotStoredReason = Literal[
+    "error",
+    "tool_error",
+    "input_required",
+    "task",
+    "no_cache",
+    "vary",
+    "set_cookie",
+    "inexact_number",
+    "id_reused",
+    "server_request",
+    "too_large",
+    "too_deep",
+    "no_store",
+    "ttl_zero",
+    "upstream_status",
+    "incomplete",
+    "over_budget",
+    "invalidated",
+    "private_result",
+]
+
+Doubt = Literal["unreadable", "batch", "ambiguous_name", "too_deep", "positional_params", "accept"]
+"""Why a message cannot be read with certainty (see `read_message`)."""
 
 
 def forwarded(
@@ -62,7 +110,9 @@ def stale_if_error(fwd_status: int | None) -> str:
 
 
 MISS: Final = forwarded("miss")
+
 MISS_STORED: Final = forwarded("miss", stored=True)
+
 STALE_WHILE_REVALIDATE: Final = f"{HIT}; detail=stale-while-revalidate"
 
 

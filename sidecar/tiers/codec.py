@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 import orjson
 
-from ..rules.messages import encode_result
+from ..rules.protocol.results import encode_result
 
 MAGIC: Final = b"mcpcache/3\n"
 """The framing and version marker every stored value starts with (a value of another

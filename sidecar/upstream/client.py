@@ -16,7 +16,7 @@ from typing import Literal
 import aiohttp
 from yarl import URL
 
-from ..rules.headers import EVENT_STREAM, joined, media_type
+from ..rules.reading.headers import EVENT_STREAM, joined, media_type
 
 FailureKind = Literal["timeout", "unreachable", "broken"]
 

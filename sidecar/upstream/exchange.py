@@ -23,10 +23,10 @@ from ..config import Server
 from ..edge import spans
 from ..edge.errors import UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE, ProxyError
 from ..metrics import Metrics
-from ..rules.callers import SESSION_HEADER
-from ..rules.capture import ResponseCapture
-from ..rules.notices import Notice
-from ..rules.session_ids import ANY_ID, Ticket
+from ..rules.admission.capture import ResponseCapture
+from ..rules.invalidation.notices import Notice
+from ..rules.key.callers import SESSION_HEADER
+from ..rules.protocol.session_ids import ANY_ID, Ticket
 from .client import UpstreamClient, UpstreamFailure, UpstreamResponse
 from .relay import Call, Relay
 from .sessions import LegacySessions

@@ -23,7 +23,7 @@ from typing import Final, Literal
 import anyio
 
 from ..edge.forwarded import BrokenBody
-from ..rules.capture import ResponseCapture
+from ..rules.admission.capture import ResponseCapture
 from .channel import ChunkChannel
 from .client import UpstreamFailure
 

@@ -23,9 +23,9 @@ import anyio
 from ..edge.errors import UPSTREAM_UNAVAILABLE, error_body
 from ..edge.forwarded import BrokenBody
 from ..metrics import Metrics
-from ..rules.capture import ResponseCapture
-from ..rules.messages import Verdict, frame_event
-from ..rules.notices import Notice, NoticeWatch
+from ..rules.admission.capture import ResponseCapture
+from ..rules.invalidation.notices import Notice, NoticeWatch
+from ..rules.protocol.results import Verdict, frame_event
 from .client import UpstreamFailure, UpstreamResponse
 
 logger = logging.getLogger("mcpcache.sidecar")

@@ -29,9 +29,9 @@ import cachetools
 
 from ..cache.store import ResponseCache
 from ..config import Server
-from ..rules.callers import SESSION_HEADER, credential_digest
-from ..rules.policy import session_scope
-from ..rules.session_ids import SessionRequestIds, Ticket
+from ..rules.key.cache_key import session_scope
+from ..rules.key.callers import SESSION_HEADER, credential_digest
+from ..rules.protocol.session_ids import SessionRequestIds, Ticket
 
 ENDED_SESSIONS_KEPT: Final = 4096
 """How many ended legacy sessions are remembered."""

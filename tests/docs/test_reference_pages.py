@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 
 from mcpcache.sidecar.config import SidecarConfig, load_config
-from mcpcache.sidecar.rules.messages import NotStoredReason
+from mcpcache.sidecar.rules.cache_status import NotStoredReason
 from peers.clients import http_get
 from peers.operator import OperatorProcess
 from peers.paths import CRD

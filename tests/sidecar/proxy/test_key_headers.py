@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcpcache.sidecar.config import ConfigError, Server, parse_config
-from mcpcache.sidecar.rules import callers, policy
-from mcpcache.sidecar.rules.headers import NOT_KEY_MATERIAL, forwarded
-from mcpcache.sidecar.rules.messages import read_message
+from mcpcache.sidecar.rules.key import callers
+from mcpcache.sidecar.rules.policy.plan import Lookup, plan
+from mcpcache.sidecar.rules.protocol.messages import read_message
+from mcpcache.sidecar.rules.reading.headers import NOT_KEY_MATERIAL, forwarded
 from peers.clients import call_body, call_headers, http_client, unique
 from peers.echo import EchoUpstream, who_answered
 from peers.serving import ServedApp
@@ -162,8 +163,8 @@ _MESSAGE = read_message(
 
 
 def _key(headers: dict[str, str], server: Server = _SERVER) -> str:
-    decided = policy.plan(server, _MESSAGE, headers, tuple(headers.items()), "app")
-    assert isinstance(decided, policy.Lookup)
+    decided = plan(server, _MESSAGE, headers, tuple(headers.items()), "app")
+    assert isinstance(decided, Lookup)
     return decided.key
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from mcpcache.sidecar.cache.store import ResponseCache
 from mcpcache.sidecar.config import Server
-from mcpcache.sidecar.rules.callers import credential_digest
+from mcpcache.sidecar.rules.key.callers import credential_digest
 from mcpcache.sidecar.upstream.sessions import OPENED_SESSIONS_KEPT, LegacySessions
 from peers.clients import (
     LEGACY,

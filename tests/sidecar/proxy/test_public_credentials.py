@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mcpcache.sidecar.rules.callers import credential_in
+from mcpcache.sidecar.rules.key.callers import credential_in
 from peers.clients import ask, call_body, call_headers, http_client, unique
 from peers.recorder import Recorder, said
 from peers.serving import ServedApp, async_wait_until, served

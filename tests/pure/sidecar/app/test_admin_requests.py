@@ -19,7 +19,7 @@ from mcpcache.sidecar.edge.origin import OriginPolicy
 from mcpcache.sidecar.metrics import Metrics
 from mcpcache.sidecar.proxy.invalidation import Invalidator
 from mcpcache.sidecar.rules.learned_tools import LearnedTools
-from mcpcache.sidecar.rules.messages import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
+from mcpcache.sidecar.rules.protocol.messages import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 from peers.clock import Clock
 
 CONFIG = parse_config(

@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from mcpcache.sidecar.cache.store import EvictionReason, ResponseCache, Scope
-from mcpcache.sidecar.rules.messages import encode_result
+from mcpcache.sidecar.rules.protocol.results import encode_result
 from peers.clock import Clock
 
 

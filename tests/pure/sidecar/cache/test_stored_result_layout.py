@@ -11,7 +11,7 @@ import pytest
 
 from mcpcache.sidecar.cache.entry import encode, span
 from mcpcache.sidecar.cache.store import ResponseCache
-from mcpcache.sidecar.rules.messages import frame_parts
+from mcpcache.sidecar.rules.protocol.results import frame_parts
 
 WALL = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 

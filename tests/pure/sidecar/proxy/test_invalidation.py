@@ -13,11 +13,12 @@ from mcpcache.sidecar.config import parse_config
 from mcpcache.sidecar.config.tools import ToolRule
 from mcpcache.sidecar.metrics import Metrics
 from mcpcache.sidecar.proxy.invalidation import Invalidator
-from mcpcache.sidecar.rules import arguments
-from mcpcache.sidecar.rules.arguments import MatchedRemoval, argument_digests
-from mcpcache.sidecar.rules.key import secret_digest
+from mcpcache.sidecar.rules.invalidation.notices import Notice
+from mcpcache.sidecar.rules.invalidation.removals import MatchedRemoval, argument_digests, removals
+from mcpcache.sidecar.rules.key.cache_key import secret_digest
 from mcpcache.sidecar.rules.learned_tools import LearnedTools
-from mcpcache.sidecar.rules.notices import Notice
+from mcpcache.sidecar.rules.policy.arguments import with_defaults
+from mcpcache.sidecar.rules.reading.arguments import arguments_of
 
 SCOPES = {
     "search-alice": Scope("s", tool="search_docs"),
@@ -205,9 +206,9 @@ def test_a_matched_write_drops_only_the_entries_filed_with_its_values() -> None:
 
 
 def test_arguments_that_are_not_an_object_are_none() -> None:
-    assert arguments.arguments_of({"arguments": ["a"]}) == {}
-    assert arguments.arguments_of({}) == {}
-    assert arguments.arguments_of({"arguments": {"a": 1}}) == {"a": 1}
+    assert arguments_of({"arguments": ["a"]}) == {}
+    assert arguments_of({}) == {}
+    assert arguments_of({"arguments": {"a": 1}}) == {"a": 1}
 
 
 def test_an_object_value_is_filed_under_its_canonical_json() -> None:
@@ -226,12 +227,12 @@ def test_a_matched_write_removes_the_entries_of_the_tool_it_names() -> None:
     rule = ToolRule.model_validate(
         {"name": "create_issue", "invalidates": [{"tool": "list_*", "match": ["owner"]}]}
     )
-    (removal,) = arguments.removals(rule, {"owner": "o", "title": "t"})
+    (removal,) = removals(rule, {"owner": "o", "title": "t"})
     assert removal == MatchedRemoval("list_*", argument_digests(("owner",), {"owner": "o"}))
 
 
 def test_defaults_fill_a_call_sent_without_arguments() -> None:
-    assert arguments.with_defaults({"name": "t"}, {"limit": 10}) == {
+    assert with_defaults({"name": "t"}, {"limit": 10}) == {
         "name": "t",
         "arguments": {"limit": 10},
     }
@@ -245,4 +246,4 @@ def test_a_write_with_a_value_too_deep_to_digest_removes_every_entry_of_the_tool
         {"name": "edit", "invalidates": [{"tool": "list_*", "match": ["q"]}]}
     )
     assert argument_digests(("q",), {"q": deep}) == (("q", ""),)
-    assert arguments.removals(rule, {"q": deep}) == ("list_*",)
+    assert removals(rule, {"q": deep}) == ("list_*",)

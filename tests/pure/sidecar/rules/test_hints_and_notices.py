@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from mcpcache.sidecar.rules.learned_tools import MAX_TOOLS_PER_SERVER, LearnedTools
-from mcpcache.sidecar.rules.notices import (
+from mcpcache.sidecar.rules.invalidation.notices import (
     MAX_NOTICE_EVENT,
     Notice,
     NoticeWatch,
     might_be_notice,
     notice_of,
 )
+from mcpcache.sidecar.rules.learned_tools import MAX_TOOLS_PER_SERVER, LearnedTools
 
 
 def listing(*tools: tuple[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import struct
 import orjson
 import pytest
 
-from mcpcache.sidecar.rules.messages import encode_result
+from mcpcache.sidecar.rules.protocol.results import encode_result
 from mcpcache.sidecar.tiers import announcement
 from mcpcache.sidecar.tiers.breaker import FAILED, POOL_FULL, SKIPPED, Breaker, Failed
 from mcpcache.sidecar.tiers.codec import MAGIC, KeyLayout, TierEntry, decode, encode, glob_escape

@@ -13,9 +13,9 @@ from typing import Any
 from mcpcache.sidecar.cache.store import ResponseCache
 from mcpcache.sidecar.config import Server
 from mcpcache.sidecar.metrics import Metrics
-from mcpcache.sidecar.rules.admission import answer_verdict
-from mcpcache.sidecar.rules.capture import ResponseCapture
-from mcpcache.sidecar.rules.messages import Verdict
+from mcpcache.sidecar.rules.admission.capture import ResponseCapture
+from mcpcache.sidecar.rules.admission.judgement import answer_verdict
+from mcpcache.sidecar.rules.protocol.results import Verdict
 from mcpcache.sidecar.upstream.exchange import Exchanges, Outbound
 from mcpcache.sidecar.upstream.sessions import LegacySessions
 

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from mcpcache.sidecar.edge.forwarded import BrokenBody
-from mcpcache.sidecar.rules.capture import ResponseCapture
-from mcpcache.sidecar.rules.messages import RESULT
+from mcpcache.sidecar.rules.admission.capture import ResponseCapture
+from mcpcache.sidecar.rules.protocol.results import RESULT
 from mcpcache.sidecar.upstream.client import UpstreamFailure
 from mcpcache.sidecar.upstream.flights import (
     ALONE,

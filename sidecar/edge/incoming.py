@@ -116,7 +116,7 @@ class Incoming:
             chunks.append(chunk)
 
     async def message(self, raw: bytes) -> Message:
-        """The body as the sidecar reads it (`messages.read_message`), with why it is in
+        """The body as the sidecar reads it (`protocol.messages.read_message`), with why it is in
         doubt; refused only where the MCP specification makes an intermediary refuse:
         `Mcp-Method` or `Mcp-Name` headers that disagree with the body (else a request
         could name one tool in its headers, another in its body, and be answered with

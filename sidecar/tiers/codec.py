@@ -55,7 +55,7 @@ class TierEntry:
     stored_at: float
     expires_at: float
     ttl_at: int = 0
-    """Where the result's `ttlMs` value starts (see `messages.encode_result`), 0: none."""
+    """Where the result's `ttlMs` value starts (see `protocol.results.encode_result`), 0: none."""
     fetch_seconds: float = 0.0
     """How long the upstream took for the call that fetched it."""
 

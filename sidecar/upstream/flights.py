@@ -8,7 +8,7 @@ wait for the final answer alone, which the flight settles on once the capture ha
 it. `Coalescer` is the registry by key: the key is always the one `policy.plan` gave, so
 two requests share a flight exactly when they would share a cache entry.
 
-Nothing here decides what followers may receive (that is `admission.follower_share`) or
+Nothing here decides what followers may receive (that is `admission.sharing.follower_share`) or
 frames an answer (that is `hit`); this module only keeps time, tasks and waiters.
 """
 

@@ -1,13 +1,13 @@
 """The legacy sessions that requests pass upstream in.
 
 Inside a legacy session (`Mcp-Session-Id`), each request holds a ticket for its JSON-RPC
-id until its answer has passed (see `rules.session_ids`): an answer given while another
+id until its answer has passed (see `rules.protocol.session_ids`): an answer given while another
 request used the same id may be that request's, and is neither stored nor shared. A
 session the upstream ended (a DELETE it accepted) or no longer knows (a 404) takes its
 entries with it, and is remembered for a while, so that an answer still in flight when
 it ended is not stored after its entries were dropped.
 
-A session is no identity (`rules.callers.session_keyed`), except where the server may
+A session is no identity (`rules.key.callers.session_keyed`), except where the server may
 have made it one: a server that binds a user to a session at `initialize` may take
 later requests of that session with other credentials, or none. So the sidecar keeps,
 for each session it saw opened, the digest of the credentials its `initialize` carried
@@ -81,7 +81,7 @@ class LegacySessions:
         not opened here with exactly its own credentials (see the module docstring)."""
         session = headers.get(SESSION_HEADER)
         if not session or not session.strip():
-            return False  # outside a session, or a blank one (`callers.caller_of`)
+            return False  # outside a session, or a blank one (`key.callers.caller_of`)
         opening = self._opened.get((server.name, session))
         return opening is None or opening != credential_digest(server, headers)
 

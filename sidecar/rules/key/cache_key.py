@@ -4,7 +4,7 @@ sha256 over canonical JSON (sorted keys, no insignificant whitespace) of the ser
 name, the method, the params, the caller's app id and the request's identity: a hash of
 each identity header present, of the legacy session id, and the protocol version. An
 object some parser may read otherwise (a name given twice, or names equal after case
-folding) is written with its members in the order sent (`reading.Members`).
+folding) is written with its members in the order sent (`reading.body.Members`).
 Members of `params._meta` that differ on every call by design (the progress token and
 W3C trace context) are dropped first; all other `_meta` members stay — `baggage` among
 them, since it often carries tenant or user ids an upstream may answer by.
@@ -100,7 +100,7 @@ def cache_key(
     credential), marked as such, so that it never equals a caller's own key — not even
     that of a caller who sent no credential at all.
 
-    `params` may hold what `reading.read_exactly` keeps (a number's spelling, every pair
+    `params` may hold what `reading.body.read_exactly` keeps (a number's spelling, every pair
     of an object that names a member twice): written as sent. `sent`: the query string
     and members beyond JSON-RPC's, only when there are any (so keys without them stay
     what they were)."""

@@ -106,7 +106,7 @@ HEADER_MISMATCH: Final = -32020
 
 
 def read_message(raw: bytes) -> Message:
-    """One client message as the sidecar reads it (`reading`), with why it is in doubt.
+    """One client message as the sidecar reads it (`reading.body`), with why it is in doubt.
 
     Nothing is refused here: a body the sidecar cannot read with certainty is still
     forwarded, as sent, and answered by the upstream; only the cache steps aside.

@@ -5,7 +5,7 @@
 Values are compared as `config.value_text` reads them: as every lax validator might
 (numbers by value, booleans with their spellings, strings in NFC, case aside), so that
 both rules err towards the upstream's answer of now — a value that may be the same one
-skips the cache, or drops the entry. A value that no reading settles (`reading`'s kept
+skips the cache, or drops the entry. A value that no reading settles (`body`'s kept
 spellings, names given twice) steps aside: `skipIf` skips, a write drops wide.
 """
 
@@ -19,6 +19,7 @@ from .body import Members, Spelling
 
 
 def arguments_of(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A call's `arguments` as an object (empty when it has none, or another value)."""
     arguments = params.get("arguments")
     return arguments if isinstance(arguments, dict) else _NONE
 

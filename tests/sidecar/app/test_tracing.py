@@ -47,7 +47,7 @@ class HeaderLog:
 @pytest.fixture(scope="session")
 def otelcol_bin() -> Path:
     """The collector, built by tests/otelcol/build.sh."""
-    build = Path(__file__).parents[1] / "otelcol" / "build.sh"
+    build = Path(__file__).parents[2] / "otelcol" / "build.sh"
     return go_built(BIN_ENV, build, "the OpenTelemetry Collector")
 
 

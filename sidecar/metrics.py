@@ -7,11 +7,14 @@ reason: never a caller, a token, an argument or a body.
 from __future__ import annotations
 
 import importlib.metadata
+import time
 from collections.abc import Iterable
 from typing import Any, Final, get_args
 
 import cachetools
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from .cache.store import EvictionReason, ResponseCache
 
@@ -27,6 +30,45 @@ KEYED_HEADER_CANDIDATES: Final = 256
 VERSION: Final = importlib.metadata.version("mcpcache")
 """The installed distribution's version, exported as `mcpcache_build_info{version}`."""
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class Savings(Collector):
+    """`mcpcache_upstream_calls_saved_total` and `mcpcache_upstream_seconds_saved_total`
+    per server, kept as plain numbers and read when scraped (prometheus_client's custom
+    collector). Every hit adds to both: two list additions here against two locked
+    counter increments of 0.7 µs each, on a hit of about 40 µs."""
+
+    def __init__(self) -> None:
+        self._by_server: dict[str, list[float]] = {}
+        """server -> [calls, seconds, created (Unix time)]."""
+
+    def add(self, server: str, seconds: float) -> None:
+        totals = self._by_server.get(server)
+        if totals is None:
+            totals = self._by_server[server] = [0, 0.0, time.time()]
+        totals[0] += 1
+        totals[1] += seconds
+
+    def totals(self) -> list[tuple[str, tuple[float, float, float]]]:
+        return [(server, (t[0], t[1], t[2])) for server, t in list(self._by_server.items())]
+
+    def collect(self) -> Iterable[Metric]:
+        calls = CounterMetricFamily(
+            "mcpcache_upstream_calls_saved",
+            "Upstream calls the cache answered in place of: hits (from memory or the "
+            "shared tier) and identical requests that waited for another's call.",
+            labels=["server"],
+        )
+        seconds = CounterMetricFamily(
+            "mcpcache_upstream_seconds_saved",
+            "Upstream time those calls would have taken: for each, the time the upstream "
+            "took for the call whose answer stood in (from forwarding it to its answer).",
+            labels=["server"],
+        )
+        for server, (saved_calls, saved_seconds, created) in self.totals():
+            calls.add_metric([server], saved_calls, created=created)
+            seconds.add_metric([server], saved_seconds, created=created)
+        return [calls, seconds]
 
 
 class Metrics:
@@ -99,20 +141,8 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self.upstream_calls_saved = Counter(
-            "mcpcache_upstream_calls_saved",
-            "Upstream calls the cache answered in place of: hits (from memory or the "
-            "shared tier) and identical requests that waited for another's call.",
-            ["server"],
-            registry=self.registry,
-        )
-        self.upstream_seconds_saved = Counter(
-            "mcpcache_upstream_seconds_saved",
-            "Upstream time those calls would have taken: for each, the time the upstream "
-            "took for the call whose answer stood in (from forwarding it to its answer).",
-            ["server"],
-            registry=self.registry,
-        )
+        self.savings = Savings()
+        self.registry.register(self.savings)
         self.upstream_errors = Counter(
             "mcpcache_upstream_errors",
             "Upstream calls that failed without an HTTP response, by kind.",
@@ -165,7 +195,6 @@ class Metrics:
             self.config_reloads.labels(result)
         self._request_children: dict[tuple[str, str, str], Any] = {}
         self._latency_children: dict[tuple[str, str], Any] = {}
-        self._saved_children: dict[str, tuple[Any, Any]] = {}
         self._keyed_header_names: set[str] = set()
         self._keyed_header_candidates: cachetools.LRUCache[str, int] = cachetools.LRUCache(
             KEYED_HEADER_CANDIDATES
@@ -186,26 +215,12 @@ class Metrics:
 
     def saved(self, server: str, seconds: float) -> None:
         """One upstream call answered in its place, and the upstream time it took when
-        it was made (the labelled children are looked up once per server)."""
-        children = self._saved_children.get(server)
-        if children is None:
-            children = self._saved_children[server] = (
-                self.upstream_calls_saved.labels(server),
-                self.upstream_seconds_saved.labels(server),
-            )
-        children[0].inc()
-        children[1].inc(seconds)
+        it was made."""
+        self.savings.add(server, seconds)
 
     def saved_by_server(self) -> dict[str, tuple[float, float]]:
         """Calls and upstream seconds saved per server since start."""
-        totals: dict[str, list[float]] = {}
-        for index, counter in enumerate((self.upstream_calls_saved, self.upstream_seconds_saved)):
-            for family in counter.collect():
-                for sample in family.samples:
-                    if sample.name.endswith("_total"):
-                        server = totals.setdefault(sample.labels["server"], [0.0, 0.0])
-                        server[index] += sample.value
-        return {name: (calls, seconds) for name, (calls, seconds) in totals.items()}
+        return {name: (calls, seconds) for name, (calls, seconds, _) in self.savings.totals()}
 
     def observe_upstream(self, server: str, method: str, seconds: float) -> None:
         """One upstream call's duration; the labelled child is looked up once per pair."""

@@ -32,7 +32,7 @@ from ..rules import admission, cache_status, freshness, policy
 from ..rules.admission import FollowerShare, Judgement
 from ..rules.callers import SESSION_HEADER
 from ..rules.capture import ResponseCapture
-from ..rules.headers import forward_headers, response_headers
+from ..rules.headers import response_headers, with_this_hop
 from ..rules.learned_tools import listing_ttl
 from ..rules.messages import ERROR, RESULT, Message
 from ..tiers.redis_tier import RedisTier
@@ -93,7 +93,7 @@ class Fetch:
         self._storage = storage
         self._request = request
         self._exchanges = exchanges
-        headers = forward_headers(request.incoming.raw_headers, via)
+        headers = with_this_hop(request.incoming.forwardable, via)
         server = request.server
         self._outbound = Outbound(
             "POST",

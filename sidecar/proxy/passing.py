@@ -18,7 +18,7 @@ from ..edge.incoming import Incoming
 from ..rules import admission, cache_status, policy
 from ..rules.callers import SESSION_HEADER, credential_digest
 from ..rules.capture import ResponseCapture
-from ..rules.headers import forward_headers, response_headers
+from ..rules.headers import response_headers, with_this_hop
 from ..rules.learned_tools import listing_ttl
 from ..rules.messages import Message, Verdict, method_label
 from ..upstream.client import UpstreamFailure
@@ -135,7 +135,7 @@ async def pass_through(
     unread = message is not None and message.method is None and message.doubt is not None
     outbound = Outbound(
         incoming.method,
-        forward_headers(incoming.raw_headers, via),
+        with_this_hop(incoming.forwardable, via),
         raw,
         method_label(message.method if message is not None else None),
         message.id if message is not None else None,

@@ -6,18 +6,20 @@ leader (while there is one) chunk by chunk, and as soon as the capture has seen 
 final answer (before the chunk that carried it goes on), or the body has ended, it has
 the answer judged (`admission.judge`, from what was seen) and carries the judgement
 out: stores what may be stored (in memory, then in the Redis tier without waiting),
-records what the upstream accepted and showed, and settles what the flight's followers
-receive. It decides nothing itself. It is sent with exactly its own request's headers
-and body: whoever else waits for the answer, the credentials are this request's.
+records what the upstream accepted and (once the answer has gone out) what it showed,
+and settles what the flight's followers receive. It decides nothing itself. It is sent
+with exactly its own request's headers and body: whoever else waits for the answer, the
+credentials are this request's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-import anyio
 import orjson
 
 from ..cache.credentials import AcceptedCredentials
@@ -172,20 +174,19 @@ class Fetch:
             raise
         finally:
             if not more:
+                # Judging never waits; closing the relay is shielded from cancellation
+                # there, so the answer is judged and released even by a cancelled task.
                 failure = error.__cause__ if isinstance(error, BrokenBody) else error
-                with anyio.CancelScope(shield=True):
-                    try:
-                        if self.judgement is None:
-                            if failure is None:
-                                capture.finish()
-                            else:
-                                capture.fail(
-                                    failure if isinstance(failure, UpstreamFailure) else None
-                                )
-                            self._judged()
-                    finally:  # whatever judging did, the response and the ticket are released
-                        verdict = self.judgement.verdict if self.judgement is not None else None
-                        await relay.close(failure, verdict)
+                try:
+                    if self.judgement is None:
+                        if failure is None:
+                            capture.finish()
+                        else:
+                            capture.fail(failure if isinstance(failure, UpstreamFailure) else None)
+                        self._judged()
+                finally:  # whatever judging did, the response and the ticket are released
+                    verdict = self.judgement.verdict if self.judgement is not None else None
+                    await relay.close(failure, verdict)
         if isinstance(error, BrokenBody):
             flight.break_off()
         elif isinstance(error, UpstreamFailure):  # the JSON body broke off before its head
@@ -279,8 +280,10 @@ class Fetch:
                 held = lookup.ttl + cache.keep_stale  # as long as an entry may answer
                 storage.credentials.accept(lookup.scope, lookup.credential, held)
             label, now = scope_label(lookup.scope), storage.cache.timer()
-            digest = answer_digest(final["result"])
-            storage.observations.saw(server.name, label, lookup.key, digest, now)
+            # Bookkeeping no caller waits for: after the answer has gone out.
+            asyncio.get_running_loop().call_soon(
+                _observe, storage.observations, server.name, label, lookup.key, final, now
+            )
         self._store(judgement, capture.event_stream)
         if (trace := spans.current.get()) is not None:
             trace.judged(judgement.verdict.reason, flight.followers)
@@ -349,3 +352,10 @@ class Fetch:
             judgement.verdict.reason,
             fetch_seconds=self.upstream_seconds,
         )
+
+
+def _observe(
+    observations: Observations, server: str, tool: str, key: str, final: dict[str, Any], now: float
+) -> None:
+    """Record an upstream answer for `suggest` (`observations.saw`), digested."""
+    observations.saw(server, tool, key, answer_digest(final["result"]), now)

@@ -170,7 +170,10 @@ class Fetch:
         except (BrokenBody, UpstreamFailure) as exc:
             error = exc
         except BaseException as exc:  # cancelled: shut down, or the leader's task gone
+            # A cancelled read is no failure of the upstream's: whoever waits on this
+            # flight goes upstream on its own rather than take a broken answer as theirs.
             error = exc
+            flight.settle(ALONE)
             raise
         finally:
             if not more:

@@ -231,13 +231,16 @@ class Flight:
             self._abandon_if_idle()
 
     def _abandon_if_idle(self) -> None:
-        """Nobody waits any more: end the fetch, as a client that goes away always has."""
+        """Nobody waits any more: end the fetch, as a client that goes away always has.
+        The task is cancelled once it has run a first step (the loop runs callbacks in
+        order): a task cancelled before it starts would never reach its own cleanup,
+        and the upstream's response, the exchange's ticket and its report with it."""
         if self.keep_going or self.leader or self.followers or self.abandoned:
             return
         self.abandoned = True
         self._on_settled(self)
         if self.task is not None and not self.task.done():
-            self.task.cancel()
+            asyncio.get_running_loop().call_soon(self.task.cancel)
 
 
 class Coalescer:
@@ -305,16 +308,16 @@ class Coalescer:
         cancels one) takes no one's answer with it: its followers go on their own."""
         try:
             more = await step(flight)
-        except asyncio.CancelledError:
-            flight.settle(ALONE)
-            flight.break_off()
-            flight.end()
-            raise
         except Exception:
             logger.exception("upstream fetch failed")
             flight.break_off()
             flight.end()
             return False
+        except BaseException:  # cancelled (only shutdown cancels a request's task)
+            flight.settle(ALONE)
+            flight.break_off()
+            flight.end()
+            raise
         if not more:
             flight.end()
         return more
@@ -329,7 +332,9 @@ class Coalescer:
         task.add_done_callback(lambda done: _cut_short(flight) if done.cancelled() else None)
 
     async def aclose(self) -> None:
-        """Cancel every fetch (at shutdown) and wait for them to release their sockets."""
+        """Cancel every fetch running in a task of its own (at shutdown) and wait for
+        them to release their sockets. A leader opening its call in its own task is its
+        request's, which the listener has let finish before this is called."""
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

@@ -188,8 +188,9 @@ class Metrics:
             registry=self.registry,
         )
         self.build_info.labels(VERSION).set(1)
-        for reason in get_args(EvictionReason):
-            self.evictions.labels(reason)
+        self._eviction_children = {
+            reason: self.evictions.labels(reason) for reason in get_args(EvictionReason)
+        }
         # Present from the start at 0, so that increase() sees the first rejection.
         for result in ("applied", "rejected"):
             self.config_reloads.labels(result)
@@ -247,7 +248,8 @@ class Metrics:
             self.keyed_header_misses.labels(server, name).inc()
 
     def record_eviction(self, reason: EvictionReason) -> None:
-        self.evictions.labels(reason).inc()
+        """One eviction; the labelled children were made at start and are kept."""
+        self._eviction_children[reason].inc()
 
     def outcomes(self) -> dict[str, dict[str, float]]:
         """Requests by server and outcome since start (summed over methods)."""

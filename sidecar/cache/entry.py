@@ -12,6 +12,8 @@ Pure, no I/O.
 
 from __future__ import annotations
 
+import functools
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -60,7 +62,7 @@ def encode(
 ) -> tuple[bytes, Layout]:
     """A result's stored bytes, `_meta` first, `content` second and `ttlMs` last, and
     where a hit writes into them. `ttl_ms`: write this `ttlMs` instead of the result's
-    own (the operator's freshness, see `rules.freshness`); `scope`: this `cacheScope`."""
+    own (the operator's freshness, see `rules.admission.freshness`); `scope`: this `cacheScope`."""
     out = bytearray(b"{")
     members = 0
 
@@ -119,7 +121,13 @@ def lay_out(result: bytes) -> tuple[bytes, Layout | None]:
 
 
 def rfc3339(wall: float) -> bytes:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall)).encode()
+    return _rfc3339(math.floor(wall))
+
+
+@functools.lru_cache(maxsize=4)
+def _rfc3339(second: int) -> bytes:
+    """Memoised: entries stored within the same second share their stamp."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second)).encode()
 
 
 def span(seconds: int) -> bytes:

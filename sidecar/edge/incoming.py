@@ -19,7 +19,7 @@ from ..rules.protocol.messages import (
     routing_header_mismatch,
 )
 from ..rules.reading.body import LARGE_BODY
-from ..rules.reading.headers import accepts_both, joined, utf8_json
+from ..rules.reading.headers import accepts_both, forwardable, joined, utf8_json
 from .errors import REQUEST_TOO_LARGE, ProxyError
 
 UNCHECKED_BODY: Final = 64 << 10
@@ -34,8 +34,11 @@ is not parsed at all: it goes upstream as sent, uncached (a small one costs litt
 either way)."""
 
 
-DecodedHeaders = tuple[tuple[tuple[str, str], ...], Mapping[str, str], int]
-"""A request's headers as sent (decoded), by lower-case name, and their size in bytes."""
+DecodedHeaders = tuple[
+    tuple[tuple[str, str], ...], Mapping[str, str], int, tuple[tuple[str, str], ...]
+]
+"""A request's headers as sent (decoded), by lower-case name, their size in bytes, and
+those that go upstream (`headers.forwardable`)."""
 
 MEMO_HEADERS: Final = 64
 """Header sets remembered decoded; a client sends the same headers call after call."""
@@ -63,7 +66,7 @@ def _decode(scope_headers: Iterable[tuple[bytes, bytes]]) -> DecodedHeaders:
     # (`Mcp-Session-Id: "abc "` is session `abc` to a server that trims).
     raw = tuple((k.decode("latin-1"), v.decode("latin-1").strip(" \t")) for k, v in pairs)
     size = sum(len(k) + len(v) for k, v in pairs)
-    decoded = (raw, MappingProxyType(joined(raw)), size)
+    decoded = (raw, MappingProxyType(joined(raw)), size, forwardable(raw))
     if remembered and len(raw) <= MEMO_MAX_HEADERS and size <= MEMO_HEADER_BYTES:
         if len(_decoded) >= MEMO_HEADERS:
             _decoded.clear()
@@ -78,12 +81,23 @@ def _too_large(limit: int) -> ProxyError:
 class Incoming:
     """One request as the proxy needs it: the ASGI scope's parts, decoded once."""
 
-    __slots__ = ("header_bytes", "headers", "method", "query", "raw_headers", "read", "receive")
+    __slots__ = (
+        "forwardable",
+        "header_bytes",
+        "headers",
+        "method",
+        "query",
+        "raw_headers",
+        "read",
+        "receive",
+    )
 
     def __init__(self, scope: Scope, receive: Receive) -> None:
         self.method: str = scope["method"]
         self.receive = receive
-        self.raw_headers, self.headers, self.header_bytes = _decode(scope["headers"])
+        self.raw_headers, self.headers, self.header_bytes, self.forwardable = _decode(
+            scope["headers"]
+        )
         query: bytes = scope.get("query_string", b"")
         self.query = query.decode("latin-1")
         """The query string exactly as sent (without `?`): it goes upstream, and into
@@ -116,7 +130,7 @@ class Incoming:
             chunks.append(chunk)
 
     async def message(self, raw: bytes) -> Message:
-        """The body as the sidecar reads it (`protocol.messages.read_message`), with why it is in
+        """The body as the sidecar reads it (`messages.read_message`), with why it is in
         doubt; refused only where the MCP specification makes an intermediary refuse:
         `Mcp-Method` or `Mcp-Name` headers that disagree with the body (else a request
         could name one tool in its headers, another in its body, and be answered with

@@ -1,22 +1,25 @@
-"""The upstream fetch of a cacheable request, in its flight's own task.
+"""The upstream fetch of a cacheable request: up to the head in its leader's task, the
+rest of a streamed body (or a whole background refresh) in its flight's own task.
 
 A `Fetch` is one exchange, read to its end: it passes the answer on to the flight's
 leader (while there is one) chunk by chunk, and as soon as the capture has seen the
 final answer (before the chunk that carried it goes on), or the body has ended, it has
-the answer judged (`admission.judgement.judge`, from what was seen) and carries the judgement
-out: stores what may be stored (in memory, then in the Redis tier without waiting),
-records what the upstream accepted and showed, and settles what the flight's followers
-receive. It decides nothing itself. It is sent with exactly its own request's headers
-and body: whoever else waits for the answer, the credentials are this request's.
+the answer judged (`admission.judgement.judge`, from what was seen) and carries the
+judgement out: stores what may be stored (in memory, then in the Redis tier without
+waiting), records what the upstream accepted and (once the answer has gone out) what it
+showed, and settles what the flight's followers receive. It decides nothing itself. It is sent
+with exactly its own request's headers and body: whoever else waits for the answer, the
+credentials are this request's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-import anyio
 import orjson
 
 from ..cache.credentials import AcceptedCredentials
@@ -38,7 +41,7 @@ from ..rules.learned_tools import listing_ttl
 from ..rules.policy.plan import Lookup
 from ..rules.protocol.messages import Message
 from ..rules.protocol.results import ERROR, RESULT
-from ..rules.reading.headers import forward_headers, response_headers
+from ..rules.reading.headers import response_headers, with_this_hop
 from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamFailure
 from ..upstream.exchange import Exchange, Exchanges, Outbound
@@ -97,7 +100,7 @@ class Fetch:
         self._storage = storage
         self._request = request
         self._exchanges = exchanges
-        headers = forward_headers(request.incoming.raw_headers, via)
+        headers = with_this_hop(request.incoming.forwardable, via)
         server = request.server
         self._outbound = Outbound(
             "POST",
@@ -114,12 +117,19 @@ class Fetch:
         self.judgement: Judgement | None = None
         self._flight: Flight | None = None
         self._exchange: Exchange | None = None
+        self._relay: Relay | None = None
         self._status = 0
         self._header_map: dict[str, str] = {}
         self._epoch = 0
 
     async def run(self, flight: Flight) -> None:
-        """The flight's task: open, pass the body on, judge, carry the judgement out."""
+        """The flight's task (a background refresh): the head, then the rest."""
+        if await self.open(flight):
+            await self.rest(flight)
+
+    async def open(self, flight: Flight) -> bool:
+        """Open the call and the leader's head; True when the body goes on after the
+        head (`rest` passes it on: the relay stays open for it)."""
         request, storage, server = self._request, self._storage, self._request.server
         self._flight = flight
         self._epoch = storage.invalidator.epoch(server.name)
@@ -128,7 +138,7 @@ class Fetch:
             response = await exchange.open()
         except UpstreamFailure as exc:
             flight.fail(exc)
-            return
+            return False
         status = self._status = response.status
         self._header_map = response.header_map
         capture = self.capture = ResponseCapture(
@@ -141,18 +151,40 @@ class Fetch:
         early = early_share(status, capture, refused)
         if early is not None:  # followers need not wait for the body
             flight.settle(self._outcome(early))
-        relay = exchange.relay(response, capture)
+        relay = self._relay = exchange.relay(response, capture)
+        headers = tuple(response_headers(response.headers))
+        return await self._reading(self._open_head(relay, flight, headers))
+
+    async def rest(self, flight: Flight) -> None:
+        """Pass the body on after the head, to its end."""
+        assert self._relay is not None
+        await self._reading(self._deliver(self._relay.chunks(), flight))
+
+    async def _reading(self, step: Awaitable[bool | None]) -> bool:
+        """Run a step of reading the body; True when the body goes on after it. Once
+        the body is done with (or the step failed), the answer is judged if it was not,
+        and the relay closed."""
+        relay, capture, flight = self._relay, self.capture, self._flight
+        assert relay is not None
+        assert capture is not None
+        assert flight is not None
+        more = False
         error: BaseException | None = None
         try:
-            await self._pass_on(relay, flight, tuple(response_headers(response.headers)))
+            more = bool(await step)
         except (BrokenBody, UpstreamFailure) as exc:
             error = exc
         except BaseException as exc:  # cancelled: shut down, or the leader's task gone
+            # A cancelled read is no failure of the upstream's: whoever waits on this
+            # flight goes upstream on its own rather than take a broken answer as theirs.
             error = exc
+            flight.settle(ALONE)
             raise
         finally:
-            failure = error.__cause__ if isinstance(error, BrokenBody) else error
-            with anyio.CancelScope(shield=True):
+            if not more:
+                # Judging never waits; closing the relay is shielded from cancellation
+                # there, so the answer is judged and released even by a cancelled task.
+                failure = error.__cause__ if isinstance(error, BrokenBody) else error
                 try:
                     if self.judgement is None:
                         if failure is None:
@@ -167,20 +199,20 @@ class Fetch:
             flight.break_off()
         elif isinstance(error, UpstreamFailure):  # the JSON body broke off before its head
             flight.fail(error)
+        return more
 
-    async def _pass_on(
+    async def _open_head(
         self, relay: Relay, flight: Flight, headers: tuple[tuple[str, str], ...]
-    ) -> None:
-        """Open the leader's head and pass the body on. A JSON answer is one message: it
-        is read (up to maxSize) and judged before the head, so that Cache-Status can say
-        whether it was stored."""
+    ) -> bool:
+        """Open the leader's head; True when the body goes on after it. A JSON answer is
+        one message: it is read (up to maxSize) and judged before the head, so that
+        Cache-Status can say whether it was stored."""
         request, status = self._request, self._status
         capture = self.capture
         assert capture is not None
         if capture.event_stream:
             flight.open_head(Head(status, headers, cache_status.MISS))
-            await self._deliver(relay.chunks(), flight)
-            return
+            return True
         prefix = await relay.read_prefix()
         if relay.complete:
             capture.finish()
@@ -189,10 +221,10 @@ class Fetch:
                 prefix = freshness.rewritten_body(request.message.id, judgement.leaves, False)
             reason = judgement.verdict.reason
             flight.open_head(Head(status, headers, cache_status.of_miss(reason), prefix, True))
-            return
+            return False
         too_large = cache_status.forwarded("miss", cache_status.detail("too_large"))
         flight.open_head(Head(status, headers, too_large, prefix))
-        await self._deliver(relay.chunks(), flight)
+        return True
 
     async def _deliver(self, chunks: AsyncIterator[bytes], flight: Flight) -> None:
         """Pass the body on chunk by chunk. Once the capture has seen the final answer,
@@ -256,8 +288,10 @@ class Fetch:
                 held = lookup.ttl + cache.keep_stale  # as long as an entry may answer
                 storage.credentials.accept(lookup.scope, lookup.credential, held)
             label, now = scope_label(lookup.scope), storage.cache.timer()
-            digest = answer_digest(final["result"])
-            storage.observations.saw(server.name, label, lookup.key, digest, now)
+            # Bookkeeping no caller waits for: after the answer has gone out.
+            asyncio.get_running_loop().call_soon(
+                _observe, storage.observations, server.name, label, lookup.key, final, now
+            )
         self._store(judgement, capture.event_stream)
         if (trace := spans.current.get()) is not None:
             trace.judged(judgement.verdict.reason, flight.followers)
@@ -326,3 +360,10 @@ class Fetch:
             judgement.verdict.reason,
             fetch_seconds=self.upstream_seconds,
         )
+
+
+def _observe(
+    observations: Observations, server: str, tool: str, key: str, final: dict[str, Any], now: float
+) -> None:
+    """Record an upstream answer for `suggest` (`observations.saw`), digested."""
+    observations.saw(server, tool, key, answer_digest(final["result"]), now)

@@ -1,8 +1,8 @@
 """Forwarding what the cache does not answer: other methods, bypassed calls, GET streams
 and DELETEs. Nothing is stored; a request's answer is still followed, to end a stream
 that breaks before answering with an error the client sees, and to act on it as
-`admission.judgement.judge_forwarded` judges it: a write invalidates, a `tools/list`
-teaches read-only hints (`Following`, which reads the relay on the client's behalf).
+`forwarded` judges it: a write invalidates, a `tools/list` teaches read-only
+hints (`Following`, which reads the relay on the client's behalf).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ..rules.learned_tools import listing_ttl
 from ..rules.policy.plan import Bypass
 from ..rules.protocol.messages import Message, method_label
 from ..rules.protocol.results import Verdict
-from ..rules.reading.headers import forward_headers, response_headers
+from ..rules.reading.headers import response_headers, with_this_hop
 from ..upstream.client import UpstreamFailure
 from ..upstream.exchange import Exchange, Exchanges, Outbound, failure_error
 from ..upstream.relay import Relay
@@ -138,7 +138,7 @@ async def pass_through(
     unread = message is not None and message.method is None and message.doubt is not None
     outbound = Outbound(
         incoming.method,
-        forward_headers(incoming.raw_headers, via),
+        with_this_hop(incoming.forwardable, via),
         raw,
         method_label(message.method if message is not None else None),
         message.id if message is not None else None,

@@ -7,9 +7,12 @@ in `edge.incoming`; every call upstream is one `upstream.exchange.Exchange`, whi
 `passing` (forwarded as it is) and `fetching` (fetched for the cache) watch with their
 own observer; identical misses share one flight (`upstream.flights`).
 
-A cacheable miss always goes upstream in a flight, a task of its own: its client may go
-away without taking the answer from requests that wait for the same one, and a stale
-entry's background refresh is the same fetch with no client at all.
+A cacheable miss always goes upstream in a flight (`upstream.flights`), which identical
+misses may join. Its leader opens the call in its own task, up to the answer's head: a
+JSON answer is whole by then. A body that streams on goes on in a task of its own, so
+that its client may go away without taking the answer from requests that wait for the
+same one; a stale entry's background refresh is the same fetch in a task from the start,
+with no client at all.
 """
 
 from __future__ import annotations
@@ -254,16 +257,14 @@ class Proxy:
         return await self._lead(request, joinable=not self.coalescer.running(key))
 
     async def _lead(self, request: CacheableRequest, joinable: bool) -> ASGIApp:
-        """Go upstream in a flight of this request's own, reading its bytes as they come."""
+        """Go upstream in a flight of this request's own, reading its bytes as they come:
+        up to the head here, the rest of a streamed body in the flight's task."""
         server, method = request.server, request.method
-        flight = self.coalescer.start(
-            request.lookup.key,
-            self._fetch(request),
-            leader=True,
-            joinable=joinable,
-            session=request.session,
-        )
+        coalescer, fetch = self.coalescer, self._fetcher(request)
+        flight = coalescer.lead(request.lookup.key, joinable=joinable, session=request.session)
         try:
+            if await coalescer.run_here(flight, fetch.open):
+                coalescer.carry_on(flight, fetch.rest)
             head = await flight.head()
         except BaseException:
             flight.detach_leader()
@@ -330,7 +331,11 @@ class Proxy:
 
     def _fetch(self, request: CacheableRequest) -> Callable[[Flight], Awaitable[None]]:
         """The flight's task for `request`: its own fetch, with its own credentials."""
-        return Fetch(self.exchanges, self.storage, request, self.via).run
+        return self._fetcher(request).run
+
+    def _fetcher(self, request: CacheableRequest) -> Fetch:
+        """`request`'s own fetch, with its own credentials."""
+        return Fetch(self.exchanges, self.storage, request, self.via)
 
     def _stale_on_error(self, request: CacheableRequest) -> Entry | None:
         if request.unverified:  # an entry for every caller: not for an unchecked caller

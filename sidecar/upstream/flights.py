@@ -1,12 +1,17 @@
 """Collapsing identical cacheable misses into one upstream call.
 
-A `Flight` is one upstream fetch of a cacheable request, run in a task of its own so
-that no client's disconnect can cancel it while anyone still waits for its answer. The
-request that started it (the leader) reads the upstream's bytes as they arrive through a
-bounded channel; requests with the same cache key that arrive meanwhile (followers)
-wait for the final answer alone, which the flight settles on once the capture has judged
-it. `Coalescer` is the registry by key: the key is always the one `policy.plan` gave, so
-two requests share a flight exactly when they would share a cache entry.
+A `Flight` is one upstream fetch of a cacheable request. The request that started it
+(the leader) opens the call in its own task, up to the head of the answer: nothing can
+cancel that task but shutdown (a client that goes away is noticed only once a body
+streams), and a JSON answer, read whole before its head, ends there, with no task, no
+event and no channel made for it. A body that streams on after its head goes on in a
+task of its own, so that no client's disconnect can cancel it while anyone still waits
+for its answer; the leader reads those bytes through a bounded channel. Requests with
+the same cache key that arrive meanwhile (followers) wait for the final answer alone,
+which the flight settles on once the capture has judged it. A background refresh runs
+in a task from the start. `Coalescer` is the registry by key: the key is always the one
+`policy.plan` gave, so two requests share a flight exactly when they would share a cache
+entry.
 
 Nothing here decides what followers may receive (that is `admission.sharing.follower_share`) or
 frames an answer (that is `hit`); this module only keeps time, tasks and waiters.
@@ -107,12 +112,17 @@ class Flight:
         self.capture: ResponseCapture | None = None
         self.task: asyncio.Task[None] | None = None
         self._head: Head | None = None
-        self._head_ready = asyncio.Event()
-        self._settled = asyncio.Event()
+        self._head_ready: asyncio.Event | None = None
+        """Made for a leader that waits for the head before it is open."""
+        self._settled: asyncio.Event | None = None
+        """Made for the first follower that waits before the outcome is known."""
         self._broken = False
         """The upstream's body broke off: the leader's body must not end as if whole."""
-        self._channel = ChunkChannel(LEADER_BUFFER)
-        """The leader's chunks, from the flight's task to the leader's response."""
+        self._channel: ChunkChannel | None = None
+        """The leader's chunks, from the flight's task to the leader's response (made
+        for the first chunk, or for the leader's body)."""
+        self._ended = False
+        """The fetch is over: a channel made from now on starts closed."""
         self._on_settled = on_settled
         """Called once the flight takes no more followers (settled or abandoned)."""
 
@@ -121,7 +131,8 @@ class Flight:
     def open_head(self, head: Head) -> None:
         if self._head is None:
             self._head = head
-            self._head_ready.set()
+            if self._head_ready is not None:
+                self._head_ready.set()
 
     def fail(self, failure: UpstreamFailure) -> None:
         """The upstream did not answer: the leader and the followers learn it at once."""
@@ -132,12 +143,13 @@ class Flight:
         """The followers' answer is known (the first call decides)."""
         if self.outcome is None:
             self.outcome = outcome
-            self._settled.set()
+            if self._settled is not None:
+                self._settled.set()
             self._on_settled(self)
 
     async def deliver(self, chunk: bytes) -> None:
         """Pass a chunk to the leader, if it is still there; never raises for its sake."""
-        if self.leader and not await self._channel.send(chunk):
+        if self.leader and not await self._leaders_channel().send(chunk):
             self.detach_leader()
 
     def break_off(self) -> None:
@@ -149,15 +161,30 @@ class Flight:
         return self.capture.size if self.capture is not None else -1
 
     def end(self) -> None:
-        """The task is over, however it ended: nobody may wait on it any longer."""
-        self._channel.close()  # the leader's body ends after what is queued
-        self.open_head(Head(failure=ENDED_EARLY))
-        self.settle(Outcome("failed", failure=ENDED_EARLY))
+        """The fetch is over, however it ended: nobody may wait on it any longer."""
+        self._ended = True
+        if self._channel is not None:
+            self._channel.close()  # the leader's body ends after what is queued
+        if self._head is None:
+            self.open_head(Head(failure=ENDED_EARLY))
+        if self.outcome is None:
+            self.settle(Outcome("failed", failure=ENDED_EARLY))
+
+    def _leaders_channel(self) -> ChunkChannel:
+        channel = self._channel
+        if channel is None:
+            channel = self._channel = ChunkChannel(LEADER_BUFFER)
+            if self._ended:
+                channel.close()
+        return channel
 
     # The waiting side (the leader's and followers' request tasks).
 
     async def head(self) -> Head:
-        await self._head_ready.wait()
+        if self._head is None:
+            if self._head_ready is None:
+                self._head_ready = asyncio.Event()
+            await self._head_ready.wait()
         assert self._head is not None
         return self._head
 
@@ -166,7 +193,7 @@ class Flight:
         try:
             if prefix:
                 yield prefix
-            async for chunk in self._channel.chunks():
+            async for chunk in self._leaders_channel().chunks():
                 yield chunk
             if self._broken:
                 raise BrokenBody("the upstream's body broke off")
@@ -176,7 +203,8 @@ class Flight:
     def detach_leader(self) -> None:
         """The leader needs no more bytes (its client left, or it has its answer)."""
         self.leader = False
-        self._channel.leave()
+        if self._channel is not None:
+            self._channel.leave()
         self._abandon_if_idle()
 
     async def wait_as_follower(self, idle: float) -> Outcome | None:
@@ -186,10 +214,12 @@ class Flight:
         self.followers += 1
         try:
             seen: int | None = None
-            while not self._settled.is_set():
+            while self.outcome is None:
+                if self._settled is None:
+                    self._settled = asyncio.Event()
                 with anyio.move_on_after(idle):
                     await self._settled.wait()
-                if self._settled.is_set():
+                if self.outcome is not None:
                     break
                 progress = self.progress()
                 if progress == seen:
@@ -201,13 +231,16 @@ class Flight:
             self._abandon_if_idle()
 
     def _abandon_if_idle(self) -> None:
-        """Nobody waits any more: end the fetch, as a client that goes away always has."""
+        """Nobody waits any more: end the fetch, as a client that goes away always has.
+        The task is cancelled once it has run a first step (the loop runs callbacks in
+        order): a task cancelled before it starts would never reach its own cleanup,
+        and the upstream's response, the exchange's ticket and its report with it."""
         if self.keep_going or self.leader or self.followers or self.abandoned:
             return
         self.abandoned = True
         self._on_settled(self)
         if self.task is not None and not self.task.done():
-            self.task.cancel()
+            asyncio.get_running_loop().call_soon(self.task.cancel)
 
 
 class Coalescer:
@@ -257,8 +290,51 @@ class Coalescer:
         task.add_done_callback(self._tasks.discard)
         return flight
 
+    def lead(self, key: str, *, joinable: bool, session: str | None = None) -> Flight:
+        """A flight whose leader opens the call in its own task (`run_here`), for a body
+        that may go on in a task of its own (`carry_on`); `joinable`: followers may join
+        it. `session`: the legacy session of the request it is for."""
+        if joinable:
+            flight = self._by_key[key] = Flight(key, True, False, self._forget, session)
+        else:
+            flight = Flight(key, True, False, session=session)
+        return flight
+
+    @staticmethod
+    async def run_here(flight: Flight, step: Callable[[Flight], Awaitable[bool]]) -> bool:
+        """Run `step(flight)` in this task, the leader's: True when the body goes on
+        after the head (pass `carry_on` the rest). A step that fails ends the flight as
+        a task that fails does. A leader cancelled before its head (only shutdown
+        cancels one) takes no one's answer with it: its followers go on their own."""
+        try:
+            more = await step(flight)
+        except Exception:
+            logger.exception("upstream fetch failed")
+            flight.break_off()
+            flight.end()
+            return False
+        except BaseException:  # cancelled (only shutdown cancels a request's task)
+            flight.settle(ALONE)
+            flight.break_off()
+            flight.end()
+            raise
+        if not more:
+            flight.end()
+        return more
+
+    def carry_on(self, flight: Flight, rest: Callable[[Flight], Awaitable[None]]) -> None:
+        """Run `rest(flight)`, the body after the head, in a task of its own: no
+        client's disconnect can cancel it while anyone waits for its answer."""
+        task = asyncio.create_task(self._run(flight, rest))
+        flight.task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda done: _cut_short(flight) if done.cancelled() else None)
+
     async def aclose(self) -> None:
-        """Cancel every fetch (at shutdown) and wait for them to release their sockets."""
+        """Cancel every fetch running in a task of its own (at shutdown) and wait for
+        them to release their sockets. A leader opening its call in its own task is its
+        request's, which the listener has let finish before this is called."""
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -283,3 +359,10 @@ class Coalescer:
             if not finished:  # cut short: what the leader got so far must not look whole
                 flight.break_off()
             flight.end()
+
+
+def _cut_short(flight: Flight) -> None:
+    """A task cancelled before it first ran (at shutdown): the leader's body, begun
+    before the task, must end, and not as if whole."""
+    flight.break_off()
+    flight.end()

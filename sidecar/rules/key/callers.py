@@ -88,6 +88,27 @@ def extra_keyed_headers(server: Server, keyed: frozenset[str]) -> frozenset[str]
     return keyed - unambiguous_headers(server.cache.identity_headers)
 
 
+MEMO_DIGESTS: Final = 256
+MEMO_VALUE_CHARS: Final = 1024
+"""Header values (of at most this many characters) whose digests are remembered: a
+caller sends the same credential on every call, and a SHA-256 run with cold caches
+after a wait on the network costs tens of microseconds. Bounded in count and size, in
+this process's memory only (the header sets a request is decoded from are kept as sent
+beside it, `edge.incoming`)."""
+
+
+def header_digest(value: str) -> str:
+    """`key.secret_digest` of a keyed header's value, memoised when it is short."""
+    if len(value) > MEMO_VALUE_CHARS:
+        return secret_digest(value)
+    return _remembered_digest(value)
+
+
+@functools.lru_cache(maxsize=MEMO_DIGESTS)
+def _remembered_digest(value: str) -> str:
+    return secret_digest(value)
+
+
 def identity(
     headers: Mapping[str, str],
     keyed: frozenset[str],
@@ -98,7 +119,7 @@ def identity(
     header sent more than once (`raw_headers`) is keyed on every copy in order, so that
     two copies never share an entry with one header holding both values."""
     material = {
-        f"header:{name}": secret_digest(headers[name])
+        f"header:{name}": header_digest(headers[name])
         for name in keyed
         if name in headers and name != PROTOCOL_HEADER
     }
@@ -108,7 +129,7 @@ def identity(
             copies.setdefault(name.lower(), []).append(value)
         for name, values in copies.items():
             if len(values) > 1 and f"header:{name}" in material:
-                material[f"header:{name}"] = secret_digest("\n".join(values))
+                material[f"header:{name}"] = header_digest("\n".join(values))
     if PROTOCOL_HEADER in headers:
         material["protocol"] = headers[PROTOCOL_HEADER]
     return material

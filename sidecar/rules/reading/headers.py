@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Final
 
 HOP_BY_HOP: Final = frozenset(
@@ -77,10 +78,19 @@ def forward_headers(headers: Iterable[tuple[str, str]], via: str) -> list[tuple[
     server that guards against DNS rebinding then sees its own name, not the sidecar's.
     `Content-Type` goes as sent (a body whose type says anything but UTF-8 JSON is not
     read by the sidecar: see `utf8_json`)."""
-    kept = [(k, v) for k, v in without(headers, _NOTHING) if forwarded(k)]
-    kept.append(("accept-encoding", "identity"))
-    kept.append(("via", via))
-    return kept
+    return with_this_hop(forwardable(headers), via)
+
+
+def forwardable(headers: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """The client's headers that reach the upstream (`forward_headers` without this
+    hop's own): the same for every request with the same header set, so it is worked
+    out once per set where the set is decoded."""
+    return tuple((k, v) for k, v in without(headers, _NOTHING) if forwarded(k))
+
+
+def with_this_hop(kept: Iterable[tuple[str, str]], via: str) -> list[tuple[str, str]]:
+    """`forwardable` headers, and this hop's own, as `forward_headers` sends them."""
+    return [*kept, ("accept-encoding", "identity"), ("via", via)]
 
 
 def repeated_or_hidden(pairs: Iterable[tuple[str, str]], names: Iterable[str]) -> str | None:
@@ -104,14 +114,17 @@ def repeated_or_hidden(pairs: Iterable[tuple[str, str]], names: Iterable[str]) -
     return None
 
 
-def cache_directives(value: str) -> dict[str, str | None]:
-    """`Cache-Control` as directive → argument (None when it has none), names lowered."""
+@functools.lru_cache(maxsize=64)
+def cache_directives(value: str) -> Mapping[str, str | None]:
+    """`Cache-Control` as directive → argument (None when it has none), names lowered.
+    Memoised, read-only: an upstream sends the same few values, and every cacheable
+    answer reads them more than once."""
     directives: dict[str, str | None] = {}
     for part in value.split(","):
         name, sep, argument = part.strip().partition("=")
         if name:
             directives[name.lower()] = argument.strip().strip('"') if sep else None
-    return directives
+    return MappingProxyType(directives)
 
 
 def response_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

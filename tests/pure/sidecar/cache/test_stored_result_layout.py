@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from mcpcache.sidecar.cache.entry import encode, span
+from mcpcache.sidecar.cache.entry import encode, rfc3339, span
 from mcpcache.sidecar.cache.store import ResponseCache
 from mcpcache.sidecar.rules.protocol.results import frame_parts
 
@@ -151,3 +151,9 @@ def test_a_content_member_that_is_not_a_list_is_kept_as_it_is(content: Any) -> N
 def test_a_rewritten_scope_replaces_the_results_own() -> None:
     encoded, _ = encode({"tools": [], "cacheScope": "public"}, ttl_ms=0, scope="private")
     assert orjson.loads(encoded) == {"tools": [], "cacheScope": "private", "ttlMs": 0}
+
+
+def test_a_stamp_names_the_second_its_wall_time_falls_in() -> None:
+    assert rfc3339(1.0) == rfc3339(1.999) == b"1970-01-01T00:00:01Z"
+    assert rfc3339(1_767_225_599.5) == b"2025-12-31T23:59:59Z"
+    assert rfc3339(1_767_225_600.0) == b"2026-01-01T00:00:00Z"

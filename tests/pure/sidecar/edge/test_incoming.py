@@ -14,6 +14,7 @@ from mcpcache.sidecar.edge.incoming import (
     MEMO_MAX_HEADERS,
     Incoming,
 )
+from mcpcache.sidecar.rules.reading.headers import forward_headers, with_this_hop
 
 
 def scope(headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
@@ -62,3 +63,25 @@ def test_headers_given_as_lists_are_decoded_too() -> None:
     listed: Any = [[b"authorization", b"Bearer a"], [b"accept", b"*/*"]]
     decoded = Incoming(scope(listed), never)
     assert dict(decoded.headers) == {"authorization": "Bearer a", "accept": "*/*"}
+
+
+def test_a_remembered_header_set_goes_upstream_as_a_new_one_would() -> None:
+    headers = [
+        (b"authorization", b"Bearer a"),
+        (b"connection", b"x-hop"),
+        (b"x-hop", b"dropped"),
+        (b"host", b"localhost"),
+        (b"x-trace", b"1"),
+    ]
+    first = Incoming(scope(headers), never)
+    again = Incoming(scope(list(headers)), never)
+    assert again.forwardable is first.forwardable, "worked out once per header set"
+    for request in (first, again):
+        sent = with_this_hop(request.forwardable, "1.1 v")
+        assert sent == forward_headers(request.raw_headers, "1.1 v")
+        assert sent == [
+            ("authorization", "Bearer a"),
+            ("x-trace", "1"),
+            ("accept-encoding", "identity"),
+            ("via", "1.1 v"),
+        ]

@@ -366,3 +366,80 @@ async def test_a_fetch_cancelled_midway_ends_the_leaders_body_broken() -> None:
     with pytest.raises(BrokenBody):
         await asyncio.wait_for(reader, 5)
     assert received == [b"part"]
+
+
+async def test_a_json_answer_led_in_the_leaders_task_makes_no_task() -> None:
+    flights = Coalescer()
+
+    async def head(flight: Flight) -> bool:
+        flight.open_head(Head(status=200, prefix=b"{}", complete=True))
+        flight.settle(ALONE)
+        return False
+
+    one = flights.lead("k", joinable=True)
+    assert flights.joinable("k") is one
+    assert await flights.run_here(one, head) is False
+    assert (await asyncio.wait_for(one.head(), 5)).complete
+    assert len(flights) == 0, "no task was started"
+    assert not flights.running("k"), "a settled flight is no longer joinable"
+
+
+async def test_a_streamed_body_goes_on_in_a_task_that_outlives_its_leader() -> None:
+    flights = Coalescer()
+    release = asyncio.Event()
+
+    async def head(flight: Flight) -> bool:
+        flight.open_head(Head(status=200))
+        return True
+
+    async def rest(flight: Flight) -> None:
+        await flight.deliver(b"part")
+        await release.wait()
+        flight.settle(Outcome("answer", RESULT, b'{"content":[]}'))
+
+    one = flights.lead("k", joinable=True)
+    assert await flights.run_here(one, head) is True
+    flights.carry_on(one, rest)
+    follower = asyncio.ensure_future(one.wait_as_follower(60))
+    await async_wait_until(lambda: one.followers == 1, what="the follower")
+    one.detach_leader()  # the leader's client has gone
+    assert not one.abandoned, "a follower still waits"
+    release.set()
+    outcome = await asyncio.wait_for(follower, 5)
+    assert outcome is not None
+    assert outcome.kind == "answer"
+    await async_wait_until(lambda: len(flights) == 0, what="the task to end")
+
+
+async def test_a_leader_cancelled_before_its_head_sends_its_followers_on_their_own() -> None:
+    flights = Coalescer()
+    opening = asyncio.Event()
+
+    async def head(flight: Flight) -> bool:
+        opening.set()
+        await asyncio.Event().wait()
+        return False
+
+    one = flights.lead("k", joinable=True)
+    leader = asyncio.ensure_future(flights.run_here(one, head))
+    await asyncio.wait_for(opening.wait(), 5)
+    follower = asyncio.ensure_future(one.wait_as_follower(60))
+    await async_wait_until(lambda: one.followers == 1, what="the follower")
+    leader.cancel()
+    assert await asyncio.wait_for(follower, 5) == ALONE
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+    assert (await one.head()).failure is ENDED_EARLY
+
+
+async def test_a_leaders_step_that_raises_ends_its_flight(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def head(flight: Flight) -> bool:
+        raise RuntimeError("bug")
+
+    one = Coalescer().lead("k", joinable=False)
+    with caplog.at_level(logging.CRITICAL, logger="mcpcache.sidecar"):
+        assert await Coalescer.run_here(one, head) is False
+    assert (await one.head()).failure is ENDED_EARLY
+    assert one.outcome == Outcome("failed", failure=ENDED_EARLY)

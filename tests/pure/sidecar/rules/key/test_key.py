@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcpcache.sidecar.rules.key.cache_key import cache_key, secret_digest
+from mcpcache.sidecar.rules.key.callers import MEMO_VALUE_CHARS, header_digest
 
 
 def key(params: dict[str, Any], app: str = "agent", auth: str | None = None) -> str:
@@ -68,3 +69,9 @@ def test_the_credential_identity_is_a_hash_not_the_token() -> None:
     identity = secret_digest("Bearer secret-token")
     assert "secret" not in identity
     assert len(identity) == 64
+
+
+def test_a_header_digest_is_the_secret_digest_whether_remembered_or_not() -> None:
+    for value in ("Bearer t", "Bearer t", "k" * (MEMO_VALUE_CHARS + 1), ""):
+        assert header_digest(value) == secret_digest(value)
+    assert header_digest("Bearer t") != header_digest("Bearer u")

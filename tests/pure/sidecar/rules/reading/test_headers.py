@@ -159,3 +159,11 @@ def test_the_media_type_is_the_content_type_without_parameters(
 )
 def test_accept_must_admit_json_and_event_streams(accept: str, both: bool) -> None:
     assert accepts_both(accept) is both
+
+
+def test_cache_directives_are_remembered_and_read_only() -> None:
+    first = cache_directives("max-age=60, no-transform")
+    assert cache_directives("max-age=60, no-transform") is first
+    with pytest.raises(TypeError):
+        first["max-age"] = "0"  # type: ignore[index]
+    assert cache_directives("max-age=60, no-transform") == {"max-age": "60", "no-transform": None}

@@ -174,16 +174,19 @@ class Fetch:
             more = bool(await step)
         except (BrokenBody, UpstreamFailure) as exc:
             error = exc
-        except BaseException as exc:  # cancelled: shut down, or the leader's task gone
-            # A cancelled read is no failure of the upstream's: whoever waits on this
-            # flight goes upstream on its own rather than take a broken answer as theirs.
+        except BaseException as exc:  # cancelled (or a fault of ours)
             error = exc
-            flight.settle(ALONE)
+            if flight.task is not asyncio.current_task():
+                # The leader's own request task, cut short (only shutdown cancels it):
+                # no failure of the upstream's, so whoever waits on the flight goes
+                # upstream on its own. A flight's own task cancelled (abandoned, or at
+                # shutdown) ends as it always has: its followers are told it failed.
+                flight.settle(ALONE)
             raise
         finally:
             if not more:
-                # Judging never waits; closing the relay is shielded from cancellation
-                # there, so the answer is judged and released even by a cancelled task.
+                # Neither judging nor closing the relay waits (the response is released,
+                # not read on), so a cancelled task still judges and releases the answer.
                 failure = error.__cause__ if isinstance(error, BrokenBody) else error
                 try:
                     if self.judgement is None:

@@ -22,13 +22,10 @@ import pytest
 
 from mcpcache.sidecar.app.assembly import Sidecar
 from mcpcache.sidecar.config import parse_config
-from peers.clients import MODERN, call_body
 from peers.echo import EchoUpstream
 from peers.faulty import FaultyUpstream
+from peers.in_process import SECONDS, InProcessCall
 from peers.serving import ServedApp, async_wait_until, served
-
-SECONDS = 10.0
-"""Every request driven here has this deadline."""
 
 
 class InProcessSidecar:
@@ -49,46 +46,7 @@ class InProcessSidecar:
         return max((f.progress() for f in self.coalescer._by_key.values()), default=-1)
 
     async def call(self, request_id: int, arguments: dict[str, Any]) -> tuple[int, bytes]:
-        body = json.dumps(call_body(request_id, "held", arguments)).encode()
-        headers = {
-            "host": "127.0.0.1:3500",
-            "content-type": "application/json",
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": MODERN,
-            "mcp-method": "tools/call",
-            "mcp-name": "held",
-        }
-        scope = {
-            "type": "http",
-            "http_version": "1.1",
-            "method": "POST",
-            "path": "/mcp/s",
-            "query_string": b"",
-            "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
-            "client": ("127.0.0.1", 50000 + request_id),
-        }
-        sent = False
-        connected = asyncio.Event()  # never set: the client stays connected
-
-        async def receive() -> dict[str, Any]:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await connected.wait()
-            return {"type": "http.disconnect"}
-
-        status, parts = 0, []
-
-        async def send(message: dict[str, Any]) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            elif message["type"] == "http.response.body":
-                parts.append(message.get("body", b""))
-
-        await asyncio.wait_for(self.app(scope, receive, send), SECONDS)
-        return status, b"".join(parts)
+        return await InProcessCall(self.app, request_id, arguments)()
 
     async def aclose(self) -> None:
         await self.sidecar.proxy.aclose()

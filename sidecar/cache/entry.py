@@ -62,7 +62,8 @@ def encode(
 ) -> tuple[bytes, Layout]:
     """A result's stored bytes, `_meta` first, `content` second and `ttlMs` last, and
     where a hit writes into them. `ttl_ms`: write this `ttlMs` instead of the result's
-    own (the operator's freshness, see `rules.admission.freshness`); `scope`: this `cacheScope`."""
+    own (the operator's freshness, see `rules.admission.freshness`); `scope`: this
+    `cacheScope`."""
     out = bytearray(b"{")
     members = 0
 

@@ -38,7 +38,7 @@ DecodedHeaders = tuple[
     tuple[tuple[str, str], ...], Mapping[str, str], int, tuple[tuple[str, str], ...]
 ]
 """A request's headers as sent (decoded), by lower-case name, their size in bytes, and
-those that go upstream (`headers.forwardable`)."""
+those that go upstream (`reading.headers.forwardable`)."""
 
 MEMO_HEADERS: Final = 64
 """Header sets remembered decoded; a client sends the same headers call after call."""

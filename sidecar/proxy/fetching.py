@@ -7,9 +7,9 @@ final answer (before the chunk that carried it goes on), or the body has ended, 
 the answer judged (`admission.judgement.judge`, from what was seen) and carries the
 judgement out: stores what may be stored (in memory, then in the Redis tier without
 waiting), records what the upstream accepted and (once the answer has gone out) what it
-showed, and settles what the flight's followers receive. It decides nothing itself. It is sent
-with exactly its own request's headers and body: whoever else waits for the answer, the
-credentials are this request's.
+showed, and settles what the flight's followers receive. It decides nothing itself. It
+is sent with exactly its own request's headers and body: whoever else waits for the
+answer, the credentials are this request's.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ in a task from the start. `Coalescer` is the registry by key: the key is always 
 `policy.plan` gave, so two requests share a flight exactly when they would share a cache
 entry.
 
-Nothing here decides what followers may receive (that is `admission.sharing.follower_share`) or
-frames an answer (that is `hit`); this module only keeps time, tasks and waiters.
+Nothing here decides what followers may receive (that is
+`admission.sharing.follower_share`) or frames an answer (that is `hit`); this module only
+keeps time, tasks and waiters.
 """
 
 from __future__ import annotations

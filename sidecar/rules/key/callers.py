@@ -98,7 +98,7 @@ beside it, `edge.incoming`)."""
 
 
 def header_digest(value: str) -> str:
-    """`key.secret_digest` of a keyed header's value, memoised when it is short."""
+    """`cache_key.secret_digest` of a keyed header's value, memoised when it is short."""
     if len(value) > MEMO_VALUE_CHARS:
         return secret_digest(value)
     return _remembered_digest(value)

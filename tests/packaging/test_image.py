@@ -176,3 +176,18 @@ def test_the_lock_meets_every_requirement_of_pyproject() -> None:
             version = lock.get(canonicalize_name(requirement.name))
             assert version is not None, f"{requirement.name} is not locked"
             assert requirement.specifier.contains(version, prereleases=True), (text, version)
+
+
+def test_every_package_of_the_tree_is_listed_for_the_wheel() -> None:
+    """`pyproject.toml` names the packages a wheel (and so the image) holds, one by one:
+    a sub-package left off would import in this checkout and fail in the image."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    found = set(setuptools["package-dir"])  # the roots, with or without an __init__.py
+    for name, folder in setuptools["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            parts = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join((name, *parts)))
+    assert found == listed

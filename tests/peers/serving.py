@@ -58,6 +58,12 @@ async def async_wait_until(
         await asyncio.sleep(0.01)
 
 
+async def past(moment: float) -> None:
+    """Until the monotonic clock has passed `moment`: for a test whose awaited thing is
+    time itself (an entry's TTL running out)."""
+    await async_wait_until(lambda: time.monotonic() > moment, 30, "the clock")
+
+
 class Stopping:
     """Peers asked to stop whose last steps have not been waited for yet.
 

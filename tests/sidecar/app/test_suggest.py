@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from peers.clients import call_body, call_headers, http_client, post, unique
-from peers.serving import async_wait_until
+from peers.serving import past
 from peers.sidecar import RunningSidecar, one_server
 
 
@@ -48,7 +48,7 @@ async def test_suggest_reports_what_repeated_calls_showed_and_applies_nothing(
     await call(sidecar, "stable", {"text": unique()})  # a key asked only once
     stored = time.monotonic()  # every entry so far expires a second after this at the latest
     for moment in (stored + 1.05, started + 4.3):
-        await async_wait_until(lambda m=moment: time.monotonic() > m, what="the clock")
+        await past(moment)
         await call(sidecar, "stable", stable)
         await call(sidecar, "echo", changing)
 

@@ -13,7 +13,7 @@ import pytest
 
 from peers.clients import call_body, call_headers, introduce, post, unique
 from peers.faulty import FaultyUpstream
-from peers.serving import async_wait_until, wait_until
+from peers.serving import async_wait_until, past, wait_until
 from peers.sidecar import RunningSidecar, one_server
 
 
@@ -27,11 +27,6 @@ async def call(
 
 def text(response: httpx.Response) -> str:
     return response.json()["result"]["content"][0]["text"]
-
-
-async def past(moment: float) -> None:
-    """Until the clock has passed `moment` (the thing waited for is time itself)."""
-    await async_wait_until(lambda: time.monotonic() > moment, 30, "the clock")
 
 
 async def first_fresh_hit(

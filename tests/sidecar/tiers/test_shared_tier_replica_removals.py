@@ -28,7 +28,7 @@ from peers.paths import ROOT
 from peers.rediscluster import RedisCluster
 from peers.redissentinel import MASTER, RedisSentinel
 from peers.redisserver import RedisServer
-from peers.serving import async_wait_until
+from peers.serving import async_wait_until, past
 from peers.sharedtier import SHARED_HIT, call, new_app, shared_config, stored_in_redis, text_of
 from peers.sidecar import RunningSidecar
 
@@ -321,7 +321,7 @@ async def test_a_deaf_replica_never_serves_stale_while_revalidate_an_entry_a_wri
 
     async with deaf(redis, second):
         await call(first, "update_doc", {"name": name, "text": "while deaf"})
-        await async_wait_until(lambda: time.monotonic() > stored + 1.1, what="the clock")
+        await past(stored + 1.1)
         status, _, answer = await call(second, "get_doc", {"name": name})
     assert text_of(answer).startswith("while deaf for anonymous"), (status, text_of(answer))
     assert status.startswith("mcpcache; fwd=miss"), status

@@ -34,11 +34,26 @@ is not parsed at all: it goes upstream as sent, uncached (a small one costs litt
 either way)."""
 
 
-DecodedHeaders = tuple[
-    tuple[tuple[str, str], ...], Mapping[str, str], int, tuple[tuple[str, str], ...]
-]
-"""A request's headers as sent (decoded), by lower-case name, their size in bytes, and
-those that go upstream (`reading.headers.forwardable`)."""
+class DecodedHeaders:
+    """A request's headers as sent (decoded), by lower-case name, and their size in
+    bytes; and those that go upstream (`reading.headers.forwardable`), worked out when
+    first asked for (a hit never is) and then kept with the set."""
+
+    __slots__ = ("_forwardable", "by_name", "raw", "size")
+
+    def __init__(self, raw: tuple[tuple[str, str], ...], size: int) -> None:
+        self.raw = raw
+        self.by_name: Mapping[str, str] = MappingProxyType(joined(raw))
+        self.size = size
+        self._forwardable: tuple[tuple[str, str], ...] | None = None
+
+    @property
+    def forwardable(self) -> tuple[tuple[str, str], ...]:
+        kept = self._forwardable
+        if kept is None:
+            kept = self._forwardable = forwardable(self.raw)
+        return kept
+
 
 MEMO_HEADERS: Final = 64
 """Header sets remembered decoded; a client sends the same headers call after call."""
@@ -51,8 +66,8 @@ _decoded: dict[tuple[tuple[bytes, bytes], ...], DecodedHeaders] = {}
 
 
 def _decode(scope_headers: Iterable[tuple[bytes, bytes]]) -> DecodedHeaders:
-    """The request's headers, decoded; the same bytes always give the same (immutable)
-    result, so a header set seen before is taken from the memo."""
+    """The request's headers, decoded; the same bytes always give the same result, so
+    a header set seen before is taken from the memo."""
     pairs = tuple(scope_headers)
     remembered = True
     try:
@@ -66,7 +81,7 @@ def _decode(scope_headers: Iterable[tuple[bytes, bytes]]) -> DecodedHeaders:
     # (`Mcp-Session-Id: "abc "` is session `abc` to a server that trims).
     raw = tuple((k.decode("latin-1"), v.decode("latin-1").strip(" \t")) for k, v in pairs)
     size = sum(len(k) + len(v) for k, v in pairs)
-    decoded = (raw, MappingProxyType(joined(raw)), size, forwardable(raw))
+    decoded = DecodedHeaders(raw, size)
     if remembered and len(raw) <= MEMO_MAX_HEADERS and size <= MEMO_HEADER_BYTES:
         if len(_decoded) >= MEMO_HEADERS:
             _decoded.clear()
@@ -82,7 +97,7 @@ class Incoming:
     """One request as the proxy needs it: the ASGI scope's parts, decoded once."""
 
     __slots__ = (
-        "forwardable",
+        "_decoded",
         "header_bytes",
         "headers",
         "method",
@@ -95,8 +110,11 @@ class Incoming:
     def __init__(self, scope: Scope, receive: Receive) -> None:
         self.method: str = scope["method"]
         self.receive = receive
-        self.raw_headers, self.headers, self.header_bytes, self.forwardable = _decode(
-            scope["headers"]
+        decoded = self._decoded = _decode(scope["headers"])
+        self.raw_headers, self.headers, self.header_bytes = (
+            decoded.raw,
+            decoded.by_name,
+            decoded.size,
         )
         query: bytes = scope.get("query_string", b"")
         self.query = query.decode("latin-1")
@@ -104,6 +122,11 @@ class Incoming:
         the key."""
         self.read: Message | None = None
         """Its message once read (for its span, when it is traced)."""
+
+    @property
+    def forwardable(self) -> tuple[tuple[str, str], ...]:
+        """The headers that go upstream as the client sent them (`reading.headers`)."""
+        return self._decoded.forwardable
 
     async def read_body(self, limit: int) -> bytes:
         """The whole body; 413 past `limit` bytes, declared or received. (A body that

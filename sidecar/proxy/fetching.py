@@ -197,7 +197,7 @@ class Fetch:
                         self._judged()
                 finally:  # whatever judging did, the response and the ticket are released
                     verdict = self.judgement.verdict if self.judgement is not None else None
-                    await relay.close(failure, verdict)
+                    relay.close(failure, verdict)
         if isinstance(error, BrokenBody):
             flight.break_off()
         elif isinstance(error, UpstreamFailure):  # the JSON body broke off before its head

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Final
 
-import anyio
-
 from ..config import Server
 from ..edge.forwarded import BrokenBody, ForwardedResponse, StreamedResponse
 from ..edge.incoming import Incoming
@@ -117,9 +115,8 @@ class Following:
             raise
         finally:
             failure = error.__cause__ if isinstance(error, BrokenBody) else error
-            with anyio.CancelScope(shield=True):
-                self.ended(failure)
-                await relay.close(failure, self.verdict)
+            self.ended(failure)
+            relay.close(failure, self.verdict)
 
 
 async def pass_through(
@@ -180,9 +177,8 @@ async def pass_through(
     try:
         prefix = await relay.read_prefix()
     except BaseException as exc:
-        with anyio.CancelScope(shield=True):
-            following.ended(exc)
-            await relay.close(exc, following.verdict)
+        following.ended(exc)
+        relay.close(exc, following.verdict)
         if isinstance(exc, UpstreamFailure):
             raise failure_error(server, exc, outbound.request_id) from exc
         raise
@@ -190,7 +186,7 @@ async def pass_through(
     following.check()
     if relay.complete:
         following.ended(None)
-        await relay.close(None, following.verdict)
+        relay.close(None, following.verdict)
         if following.wrote:  # the other replicas are told before the caller is answered
             await invalidator.announced(server.name)
         return ForwardedResponse(response.status, headers, status, prefix)

@@ -115,9 +115,10 @@ class UpstreamResponse:
         lost = closed.exception()  # aiohttp's wrapper, the reset as its cause
         return None if lost is None else lost.__cause__ or lost
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         """Give the connection back to the pool after a whole body; otherwise close it
-        (a body left half-read must not be read by the next request on that socket)."""
+        (a body left half-read must not be read by the next request on that socket).
+        Neither waits, so a reader being cancelled still releases its answer."""
         if self._complete:
             self._response.release()
         else:

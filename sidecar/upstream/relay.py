@@ -18,8 +18,6 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
-
 from ..edge.errors import UPSTREAM_UNAVAILABLE, error_body
 from ..edge.forwarded import BrokenBody
 from ..metrics import Metrics
@@ -99,14 +97,14 @@ class Relay:
         if self._unanswered():
             yield self._error_event("ended the stream before answering")
 
-    async def close(self, error: BaseException | None, verdict: Verdict | None = None) -> None:
+    def close(self, error: BaseException | None, verdict: Verdict | None = None) -> None:
         """Release the upstream's response (once): `error` is how the reading ended, if
-        it did not end whole; `verdict` what the answer became, for the log line."""
+        it did not end whole; `verdict` what the answer became, for the log line. It
+        does not wait: a reader being cancelled still releases."""
         if self.done:
             return
         self.done = True
-        with anyio.CancelScope(shield=True):  # a reader that goes away still releases
-            await self.response.aclose()
+        self.response.close()
         if self.on_done is not None:
             self.on_done(self._answered(error))
         self._report(error, verdict)

@@ -37,7 +37,7 @@ class StalledResponse:
         await asyncio.Event().wait()
         yield b""
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         self.closed = True
 
 
@@ -68,7 +68,7 @@ async def test_a_read_cancelled_midway_closes_the_response_and_ends_the_ticket()
         except BaseException as exc:
             capture.fail(None)
             verdicts.append(answer_verdict(capture))
-            await relay.close(exc, verdicts[-1])
+            relay.close(exc, verdicts[-1])
             raise
 
     task = asyncio.create_task(fetch())

@@ -67,7 +67,7 @@ class ResponseCapture:
         date; whoever follows the capture takes them out."""
         self._server_request = False
         self._body: list[bytes] = []
-        self._events = EventDecoder(max(max_size, MIN_EVENT_BOUND))
+        self._events = EventDecoder(max(max_size, MIN_EVENT_BOUND)) if event_stream else None
 
     @property
     def too_large(self) -> bool:
@@ -85,7 +85,7 @@ class ResponseCapture:
 
     def feed(self, chunk: bytes) -> None:
         self.size += len(chunk)
-        if self.event_stream:
+        if self._events is not None:
             if not self.final_seen:
                 self._see_events(self._events.feed(chunk))
         elif self.too_large:

@@ -63,50 +63,44 @@ def encode(
     """A result's stored bytes, `_meta` first, `content` second and `ttlMs` last, and
     where a hit writes into them. `ttl_ms`: write this `ttlMs` instead of the result's
     own (the operator's freshness, see `rules.admission.freshness`); `scope`: this
-    `cacheScope`."""
-    out = bytearray(b"{")
-    members = 0
-
-    def member(name: str, value: bytes) -> int:
-        nonlocal members
-        if members:
-            out.extend(b",")
-        members += 1
-        out.extend(orjson.dumps(name) + b":")
-        start = len(out)
-        out.extend(value)
-        return start
-
+    `cacheScope`. The members between `content` and `ttlMs` are written in one go."""
+    members: list[bytes] = []
+    at = 1  # where the next member starts: after the opening brace and a comma
     meta_at = content_at = ttl_at = 0
     meta_open = meta_more = content_more = False
-    meta = result.get("_meta")
     if "_meta" not in result:
         meta_at, meta_open = 1, True
-    elif isinstance(meta, dict):
+    elif isinstance(meta := result["_meta"], dict):
         own = {k: v for k, v in meta.items() if k not in _OURS}
-        meta_at, meta_more = member("_meta", orjson.dumps(own)) + 1, bool(own)
+        members.append(b'"_meta":' + orjson.dumps(own))
+        meta_at, meta_more = at + len(b'"_meta":{'), bool(own)
+        at += len(members[-1]) + 1
     else:
-        member("_meta", orjson.dumps(meta))  # not an object: left as it is, no age
+        members.append(b'"_meta":' + orjson.dumps(meta))  # not an object: no age
+        at += len(members[-1]) + 1
     content = result.get("content")
     if isinstance(content, list):
-        content_at, content_more = member("content", orjson.dumps(content)) + 1, bool(content)
-    for name, value in result.items():
-        if name in ("_meta", "ttlMs") or (name == "content" and content_at):
-            continue
-        if name != "cacheScope" or scope is None:
-            member(name, orjson.dumps(value))
+        members.append(b'"content":' + orjson.dumps(content))
+        content_at, content_more = at + len(b'"content":['), bool(content)
+        at += len(members[-1]) + 1
+    ours = "cacheScope" if scope is not None else None
+    skipped = ("_meta", "ttlMs", "content" if content_at else None, ours)
+    rest = {name: value for name, value in result.items() if name not in skipped}
+    if rest:
+        members.append(orjson.dumps(rest)[1:-1])
+        at += len(members[-1]) + 1
     if scope is not None:
-        member("cacheScope", orjson.dumps(scope))
+        members.append(b'"cacheScope":' + orjson.dumps(scope))
+        at += len(members[-1]) + 1
     ttl = result.get("ttlMs") if ttl_ms is None else ttl_ms
     if "ttlMs" in result or ttl_ms is not None:
         if isinstance(ttl, int | float) and not isinstance(ttl, bool):
-            ttl_at = member("ttlMs", orjson.dumps(ttl))
-        else:
-            member("ttlMs", orjson.dumps(ttl))  # none a client could read: as it is
-    out.extend(b"}")
+            ttl_at = at + len(b'"ttlMs":')
+        members.append(b'"ttlMs":' + orjson.dumps(ttl))  # else none a client could read
     if meta_open:
-        meta_more = members > 0
-    return bytes(out), Layout(ttl_at, meta_at, meta_open, meta_more, content_at, content_more)
+        meta_more = bool(members)
+    encoded = b"{" + b",".join(members) + b"}"
+    return encoded, Layout(ttl_at, meta_at, meta_open, meta_more, content_at, content_more)
 
 
 def lay_out(result: bytes) -> tuple[bytes, Layout | None]:
@@ -176,9 +170,9 @@ class Entry:
     """How long the upstream took for the call that fetched it: what each hit saves."""
 
     _hit: _HitParts | None = field(init=False, default=None, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hit", _HitParts.of(self))
+    _cut: bool = field(init=False, default=False, repr=False, compare=False)
+    """Whether `_hit` was worked out: at the first hit, not when stored (most entries
+    are never hit, and a miss should not pay for them)."""
 
     @property
     def size(self) -> int:
@@ -194,7 +188,7 @@ class Entry:
         freshness left at `now` in milliseconds (0 once expired). Everything but the
         numbers was cut and framed when the entry was made."""
         tail = b"%d}" % max(0, int((self.expires_at - now) * 1000)) if self.ttl_at else b""
-        hit = self._hit
+        hit = self._hit if self._cut else self._cut_for_hits()
         if hit is None:
             return (memoryview(self.result)[: self.ttl_at], tail) if tail else (self.result,)
         age = max(0, int(now - self.stored_at))
@@ -204,6 +198,12 @@ class Entry:
             hit.head, b"%d" % age, hit.meta_tail, hit.before_note, hit.note,
             span(age), hit.note_tail, hit.body, tail,
         )  # fmt: skip
+
+    def _cut_for_hits(self) -> _HitParts | None:
+        hit = _HitParts.of(self)
+        object.__setattr__(self, "_hit", hit)
+        object.__setattr__(self, "_cut", True)
+        return hit
 
 
 class _HitParts(NamedTuple):

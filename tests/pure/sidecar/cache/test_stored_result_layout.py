@@ -8,6 +8,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mcpcache.sidecar.cache.entry import encode, rfc3339, span
 from mcpcache.sidecar.cache.store import ResponseCache
@@ -36,7 +38,8 @@ def hit(result: dict[str, Any], seconds_later: float, note: bool = False) -> dic
     return answered
 
 
-AGE = {"io.mcpcache/age": 42, "io.mcpcache/storedAt": "2027-01-15T08:00:00Z"}
+AGE_KEY = "io.mcpcache/age"
+AGE = {AGE_KEY: 42, "io.mcpcache/storedAt": "2027-01-15T08:00:00Z"}
 
 
 @pytest.mark.parametrize(
@@ -157,3 +160,49 @@ def test_a_stamp_names_the_second_its_wall_time_falls_in() -> None:
     assert rfc3339(1.0) == rfc3339(1.999) == b"1970-01-01T00:00:01Z"
     assert rfc3339(1_767_225_599.5) == b"2025-12-31T23:59:59Z"
     assert rfc3339(1_767_225_600.0) == b"2026-01-01T00:00:00Z"
+
+
+_NAMES = st.sampled_from(["", "_meta", "content", "ttlMs", "cacheScope", "isError", "x", AGE_KEY])
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_NAMES, inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    result=st.dictionaries(_NAMES, _VALUES, max_size=7),
+    ttl_ms=st.none() | st.integers(0, 10**6),
+    scope=st.none() | st.sampled_from(["public", "private"]),
+    note=st.booleans(),
+)
+def test_any_result_is_answered_on_a_hit_as_it_was_stored(
+    result: dict[str, Any], ttl_ms: int | None, scope: str | None, note: bool
+) -> None:
+    """Whatever members a result has (names our layout moves, an empty name, values of
+    any kind), a hit's bytes parse, and say what was stored with the age written in."""
+    clock = Clock()
+    cache = ResponseCache(10, 1 << 20, timer=clock, wall=lambda: WALL)
+    encoded, layout = encode(result, ttl_ms, scope)
+    stored = orjson.loads(encoded)
+    entry = cache.store("k", encoded, False, ttl=60, layout=layout, age_note=note)
+    assert entry is not None
+    clock.now += 42.7
+    answered = orjson.loads(b"".join(entry.result_parts(clock.now)))
+    aged = isinstance(stored.get("_meta", {}), dict)  # else left as it is, with no note
+    if aged:
+        assert answered["_meta"] == {**stored.get("_meta", {}), **AGE}
+    else:
+        assert answered["_meta"] == stored["_meta"]
+    content = stored.get("content")
+    noted = note and aged and isinstance(content, list)
+    if noted:
+        assert answered["content"][0]["text"].startswith("[From a cache")
+        assert answered["content"][1:] == content
+    ttl = stored.get("ttlMs")
+    if isinstance(ttl, int) and not isinstance(ttl, bool):
+        assert answered["ttlMs"] in (17_299, 17_300)  # 17.3 s left, in whole milliseconds
+    kept = {k for k in stored if k not in ("_meta", "ttlMs") and not (k == "content" and noted)}
+    assert {k: answered[k] for k in kept} == {k: stored[k] for k in kept}
+    assert stored.get("cacheScope") == (scope if scope is not None else result.get("cacheScope"))

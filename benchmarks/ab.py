@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
+import psutil
 import run_all as bench
 
 
@@ -30,8 +31,9 @@ def sidecar_on(python: str, upstream_url: str) -> Iterator[bench.Server]:
         yield bench.Server.at(url, pid)
 
 
-def forwarded(a_python: str, calls: int, sse: bool) -> dict[str, float]:
-    """p50 ms of each path, interleaved one call at a time."""
+def forwarded(a_python: str, calls: int, sse: bool) -> tuple[dict[str, float], dict[str, float]]:
+    """p50 ms of each path, interleaved one call at a time, and the CPU each proxy's
+    process spent per counted call (µs, user and system)."""
     with (
         bench.upstream(sse=sse, core=bench.LOAD_CORE) as up,
         bench.forwarder(up) as bare,
@@ -41,7 +43,11 @@ def forwarded(a_python: str, calls: int, sse: bool) -> dict[str, float]:
     ):
         urls = {"direct": up, "forwarder": bare, "a": a, "b": b}
         times: dict[str, list[float]] = {name: [] for name in urls}
+        processes = {name: psutil.Process(urls[name].pid) for name in ("forwarder", "a", "b")}
+        cpu: dict[str, float] = {}
         for i in range(20 + calls):
+            if i == 20:
+                cpu = {name: sum(p.cpu_times()[:2]) for name, p in processes.items()}
             for name, url in urls.items():
                 if sse:
                     elapsed = bench.first_event_ms(http, url, i)
@@ -50,7 +56,11 @@ def forwarded(a_python: str, calls: int, sse: bool) -> dict[str, float]:
                     elapsed = bench.sequential_ms(http, url, [payload], "payload")[0]
                 if i >= 20:  # the first calls warm every path up
                     times[name].append(elapsed)
-    return {name: bench.p(values, 50) for name, values in times.items()}
+        spent = {
+            name: (sum(p.cpu_times()[:2]) - cpu[name]) / calls * 1e6
+            for name, p in processes.items()
+        }
+    return {name: bench.p(values, 50) for name, values in times.items()}, spent
 
 
 def hits(a_python: str, rounds: int, seconds: int) -> dict[str, dict[str, float]]:
@@ -86,11 +96,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4, help="wrk runs per build")
     args = parser.parse_args()
     for label, sse in (("miss", False), ("first SSE event", True)):
-        p50 = forwarded(args.a_python, args.calls if not sse else args.calls // 3, sse)
+        p50, cpu = forwarded(args.a_python, args.calls if not sse else args.calls // 3, sse)
         added = {name: p50[name] - p50["direct"] for name in ("forwarder", "a", "b")}
         print(
             f"{label} p50 ms: direct {p50['direct']:.3f}; added by the bare forwarder "
             f"{added['forwarder']:.3f}, A {added['a']:.3f}, B {added['b']:.3f}"
+        )
+        ratio = {name: cpu[name] / cpu["forwarder"] for name in ("a", "b")}
+        print(
+            f"{label} CPU µs per call: bare forwarder {cpu['forwarder']:.0f}, "
+            f"A {cpu['a']:.0f} ({ratio['a']:.2f} x), B {cpu['b']:.0f} ({ratio['b']:.2f} x)"
         )
     result = hits(args.a_python, args.rounds, 5)
     print(

@@ -1,5 +1,6 @@
 """CPU per miss and per hit of the sidecar's ASGI app called in this process, beside the
-bare forwarder's app for misses, in rounds that alternate between them.
+bare forwarder's app and the least caching proxy's (`servers.least_cache_miss_app`: the
+least any cache must do on a miss) for misses, in rounds that alternate between them.
 
 No HTTP server stands in front of either app (the request's bytes are handed to it as
 `trace_miss.py` does), so the figures are each app's own work plus its upstream client's;
@@ -22,7 +23,7 @@ from typing import Any
 
 import run_all as bench
 import uvloop
-from servers import forwarder_app
+from servers import forwarder_app, least_cache_miss_app
 from trace_miss import one_call
 
 from mcpcache.sidecar.app.assembly import Sidecar
@@ -45,15 +46,25 @@ async def measure(upstream_url: str, calls: int, rounds: int) -> dict[str, list[
         }
     )
     sidecar = Sidecar(lambda: config)
-    apps = {"sidecar": sidecar.proxy_app(), "forwarder": forwarder_app(upstream_url)}
+    apps = {
+        "sidecar": sidecar.proxy_app(),
+        "forwarder": forwarder_app(upstream_url),
+        "least cache": least_cache_miss_app(upstream_url),
+    }
     for app in apps.values():  # warm: connection pools, imports
         await cpu_us(app, 50, lambda: uuid.uuid4().hex)
     await one_call(apps["sidecar"], "hot", 1, None)
-    figures: dict[str, list[float]] = {"sidecar miss": [], "forwarder": [], "sidecar hit": []}
+    figures: dict[str, list[float]] = {
+        "sidecar miss": [],
+        "forwarder": [],
+        "least cache": [],
+        "sidecar hit": [],
+    }
     for _ in range(rounds):
         new_key = lambda: uuid.uuid4().hex  # noqa: E731 - every call a miss
         figures["sidecar miss"].append(await cpu_us(apps["sidecar"], calls, new_key))
         figures["forwarder"].append(await cpu_us(apps["forwarder"], calls, new_key))
+        figures["least cache"].append(await cpu_us(apps["least cache"], calls, new_key))
         figures["sidecar hit"].append(await cpu_us(apps["sidecar"], calls * 10, lambda: "hot"))
     await sidecar.proxy.aclose()
     return figures
@@ -71,7 +82,9 @@ def main() -> int:
     for name, value in median.items():
         print(f"{name:13} CPU per call, median of {args.rounds} rounds: {value:7.1f} µs")
     ratio = median["sidecar miss"] / median["forwarder"]
+    least = median["least cache"] / median["forwarder"]
     print(f"a miss: {ratio:.2f} x the bare forwarder's CPU (goal <= 1.5)")
+    print(f"the least cache's miss: {least:.2f} x the bare forwarder's CPU")
     return 0
 
 

@@ -79,39 +79,52 @@ def ceiling_app(body: bytes) -> Any:
     return app
 
 
+_SHA256 = hashlib.sha256()
+
+
+def _digest(data: bytes) -> str:
+    copy = _SHA256.copy()
+    copy.update(data)
+    return copy.hexdigest()
+
+
+async def _whole_body(receive: Any) -> bytes:
+    parts, more = [], True
+    while more:
+        message = await receive()
+        parts.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    return b"".join(parts)
+
+
+def _least_key(headers: list[tuple[bytes, bytes]], call: dict[str, Any]) -> str:
+    """What any cache keys a call on: its method and params, the hashed credential and
+    the protocol version."""
+    credential = version = b""
+    for name, value in headers:
+        if name == b"authorization":
+            credential = value
+        elif name == b"mcp-protocol-version":
+            version = value
+    material = {
+        "method": call["method"],
+        "params": call["params"],
+        "caller": _digest(credential) if credential else "",
+        "protocol": version.decode("latin-1"),
+    }
+    return _digest(orjson.dumps(material, option=orjson.OPT_SORT_KEYS))
+
+
 def least_cache_app(answer: bytes) -> Any:
     """Answers every call with the `result` of `answer` (a whole JSON-RPC response)."""
     result = orjson.dumps(orjson.loads(answer)["result"])
     store: dict[str, tuple[float, bytes]] = {}
-    sha256 = hashlib.sha256()
-
-    def digest(data: bytes) -> str:
-        copy = sha256.copy()
-        copy.update(data)
-        return copy.hexdigest()
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        credential = version = b""
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                credential = value
-            elif name == b"mcp-protocol-version":
-                version = value
-        parts, more = [], True
-        while more:
-            message = await receive()
-            parts.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        call = orjson.loads(b"".join(parts))
-        material = {
-            "method": call["method"],
-            "params": call["params"],
-            "caller": digest(credential) if credential else "",
-            "protocol": version.decode("latin-1"),
-        }
-        key = digest(orjson.dumps(material, option=orjson.OPT_SORT_KEYS))
+        call = orjson.loads(await _whole_body(receive))
+        key = _least_key(scope["headers"], call)
         now = time.monotonic()
         entry = store.get(key)
         if entry is None or entry[0] <= now:
@@ -125,6 +138,50 @@ def least_cache_app(answer: bytes) -> Any:
         await send({"type": "http.response.body", "body": framed})
 
     return app
+
+
+def least_cache_miss_app(target: str, entries: int = 1024) -> Any:
+    """A miss as the least caching proxy must take it, on the bare forwarder's client:
+    key the call as `least_cache_app` does, forward it, read the whole answer, parse it,
+    keep its result (at most `entries`, the oldest dropped first) when it answers the
+    call's id, and relay the upstream's bytes. No checks, metrics, headers or sharing."""
+    return _LeastCacheMiss(target, entries)
+
+
+class _LeastCacheMiss:
+    HOP = frozenset(
+        {b"host", b"connection", b"content-length", b"transfer-encoding", b"keep-alive"}
+    )
+    RELAYED_HOP = HOP - {b"content-length"}
+
+    def __init__(self, target: str, entries: int) -> None:
+        self.target = target
+        self.entries = entries
+        self.store: dict[str, bytes] = {}
+        self.client: aiohttp.ClientSession | None = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        self.client = self.client or aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
+        body = await _whole_body(receive)
+        call = orjson.loads(body)
+        key = _least_key(scope["headers"], call)
+        sent = [(k.decode(), v.decode()) for k, v in scope["headers"] if k not in self.HOP]
+        async with self.client.post(self.target, data=body, headers=sent) as response:
+            answer, status = await response.read(), response.status
+            relayed = [
+                (k, v)
+                for k, v in response.raw_headers
+                if k.lower() not in self.HOP - {b"content-length"}
+            ]
+        parsed = orjson.loads(answer)
+        if status == 200 and parsed.get("id") == call["id"] and "result" in parsed:
+            self.store[key] = orjson.dumps(parsed["result"])
+            if len(self.store) > self.entries:
+                del self.store[next(iter(self.store))]
+        await send({"type": "http.response.start", "status": status, "headers": relayed})
+        await send({"type": "http.response.body", "body": answer})
 
 
 def forwarder_app(target: str) -> Any:

@@ -64,7 +64,7 @@ async def _sidecar_client(url: str, calls: int) -> list[float]:
         response = await client.open("POST", url, list(HEADERS), BODY, 30.0, 30.0)
         async for _ in response.chunks():
             pass
-        await response.aclose()
+        response.close()
 
     try:
         return await _timed(calls, send)

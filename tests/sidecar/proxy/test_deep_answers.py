@@ -16,6 +16,7 @@ import anyio
 import httpx
 import pytest
 
+from mcpcache.sidecar.rules.admission.judgement import WRITE_DEPTH
 from peers.asgi import read_body
 from peers.clients import call_body, call_headers, http_client, sse_messages, unique
 from peers.serving import ServedApp, async_wait_until, served
@@ -25,6 +26,9 @@ DEPTH = 300
 DEEP: Any = []
 for _ in range(DEPTH - 1):
     DEEP = [DEEP]
+LIMIT: Any = []  # as deep as orjson writes: the result holding it is a level deeper
+for _ in range(WRITE_DEPTH - 1):
+    LIMIT = [LIMIT]
 
 
 class DeepAnswers:
@@ -53,6 +57,7 @@ class DeepAnswers:
             "error": {"error": {"code": -32000, "message": "deep", "data": DEEP}},
             "tool_error": {"result": {"isError": True, "content": text, "d": DEEP}},
             "result": {"result": {"content": text, "structuredContent": {"d": DEEP}}},
+            "limit": {"result": {"content": LIMIT}},
         }[arguments["kind"]]
         body = json.dumps({"jsonrpc": "2.0", "id": request["id"], **member}).encode()
         media = b"application/json"
@@ -93,6 +98,8 @@ def assert_whole(answer: dict[str, Any], request_id: Any, kind: str) -> None:
         assert nesting(answer["error"]["data"]) == DEPTH
     elif kind == "tool_error":
         assert nesting(answer["result"]["d"]) == DEPTH
+    elif kind == "limit":
+        assert nesting(answer["result"]["content"]) == WRITE_DEPTH
     else:
         assert nesting(answer["result"]["structuredContent"]["d"]) == DEPTH
 
@@ -104,11 +111,11 @@ async def call(
     return await http.post(sidecar.url("s"), json=body, headers=call_headers("t"))
 
 
-REASON = {"error": "error", "tool_error": "tool_error", "result": "too_deep"}
+REASON = {"error": "error", "tool_error": "tool_error", "result": "too_deep", "limit": "too_deep"}
 
 
 @pytest.mark.parametrize("sse", [False, True], ids=["json", "sse"])
-@pytest.mark.parametrize("kind", ["error", "tool_error", "result"])
+@pytest.mark.parametrize("kind", ["error", "tool_error", "result", "limit"])
 async def test_an_answer_too_deep_to_write_again_reaches_its_caller_whole_and_is_not_stored(
     make_sidecar, deep, kind: str, sse: bool
 ) -> None:
@@ -127,7 +134,7 @@ async def test_an_answer_too_deep_to_write_again_reaches_its_caller_whole_and_is
 
 
 @pytest.mark.parametrize("sse", [False, True], ids=["json", "sse"])
-@pytest.mark.parametrize("kind", ["error", "result"])
+@pytest.mark.parametrize("kind", ["error", "result", "limit"])
 async def test_identical_requests_waiting_for_an_answer_too_deep_to_write_forward_on_their_own(
     make_sidecar, deep, kind: str, sse: bool
 ) -> None:

@@ -211,6 +211,21 @@ def test_an_answer_too_deep_to_write_again_is_judged_but_not_kept() -> None:
     assert (capture.final_seen, kept) == (True, None), "followers forward on their own"
 
 
+@pytest.mark.parametrize("member", ["d", "cacheScope", "_meta", "content"])
+def test_a_result_whose_member_sits_at_the_deepest_level_is_too_deep_as_a_whole(
+    member: str,
+) -> None:
+    """The result object is one level above its members: a member nested to the very
+    limit makes the result too deep to write whole (to digest, or to hand to followers),
+    so it is not stored either, whichever member it is."""
+    message = {"jsonrpc": "2.0", "id": 1, "result": {"content": [], member: nested(WRITE_DEPTH)}}
+    raw = json.dumps(message).encode()
+    capture = fed(ResponseCapture(1, False, 1 << 20), raw)
+    assert too_deep(orjson.loads(raw), raw)
+    assert finished(capture) == Verdict("too_deep")
+    assert shareable_final(capture, Verdict("too_deep")) is None
+
+
 def test_the_final_answer_is_kept_with_its_bytes_and_notices_before_it_are_collected() -> None:
     changed = b'{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}'
     updated = b'{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"a"}}'

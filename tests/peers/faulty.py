@@ -30,6 +30,8 @@ import struct
 import threading
 from urllib.parse import parse_qs, urlsplit
 
+import psutil
+
 PROGRESS = (
     b'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress",'
     b'"params":{"progressToken":1,"progress":1}}\n\n'
@@ -53,6 +55,14 @@ class FaultyUpstream:
 
     def gate(self, name: str) -> threading.Event:
         return self.gates.setdefault(name, threading.Event())
+
+    def connections(self) -> int:
+        """Connections to this upstream that this process holds open."""
+        return sum(
+            1
+            for c in psutil.Process().net_connections("tcp")
+            if c.raddr and c.raddr.port == self.port and c.status == psutil.CONN_ESTABLISHED
+        )
 
     def start(self) -> FaultyUpstream:
         self._thread.start()

@@ -12,10 +12,20 @@ from typing import Any
 import pytest
 
 from peers.echo import EchoUpstream
+from peers.faulty import FaultyUpstream
 from peers.redisserver import RedisServer, redis_server_binary
 from peers.serving import ServedApp, served
 from peers.sidecar import RunningSidecar, SidecarFactory
 from peers.upstream import Upstream
+
+
+@pytest.fixture
+def faulty() -> Iterator[FaultyUpstream]:
+    """A raw-socket upstream whose path picks a fault (`peers.faulty`), for one test (a
+    module that only counts on its answers may take one for all its tests)."""
+    upstream = FaultyUpstream().start()
+    yield upstream
+    upstream.stop()
 
 
 @pytest.fixture

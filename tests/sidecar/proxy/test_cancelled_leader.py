@@ -13,51 +13,16 @@ cancelled), against real upstream peers over loopback sockets.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from mcpcache.sidecar.app.assembly import Sidecar
-from mcpcache.sidecar.config import parse_config
 from peers.echo import EchoUpstream
 from peers.faulty import FaultyUpstream
-from peers.in_process import SECONDS, InProcessCall
+from peers.in_process import SECONDS, in_process_sidecar
 from peers.serving import ServedApp, async_wait_until, served
-
-
-class InProcessSidecar:
-    """A sidecar's proxy app, driven through its ASGI interface in this event loop."""
-
-    def __init__(self, url: str) -> None:
-        server = {"name": "s", "url": url, "cache": {"enabled": True}}
-        config = parse_config(json.dumps({"servers": [server]}))
-        self.sidecar = Sidecar(lambda: config)
-        self.app = self.sidecar.proxy_app()
-
-    @property
-    def coalescer(self) -> Any:
-        return self.sidecar.proxy.coalescer
-
-    def flight_progress(self) -> int:
-        """Bytes the upstream sent to the flights in progress (-1: no headers yet)."""
-        return max((f.progress() for f in self.coalescer._by_key.values()), default=-1)
-
-    async def call(self, request_id: int, arguments: dict[str, Any]) -> tuple[int, bytes]:
-        return await InProcessCall(self.app, request_id, arguments)()
-
-    async def aclose(self) -> None:
-        await self.sidecar.proxy.aclose()
-        await self.sidecar.client.aclose()
-
-
-@pytest.fixture
-def faulty() -> Iterator[FaultyUpstream]:
-    upstream = FaultyUpstream().start()
-    yield upstream
-    upstream.stop()
 
 
 @pytest.fixture
@@ -65,15 +30,6 @@ def echo() -> Iterator[tuple[EchoUpstream, ServedApp]]:
     peer = EchoUpstream()
     with served(peer, lifespan="off") as app:
         yield peer, app
-
-
-@contextlib.asynccontextmanager
-async def _sidecar(url: str) -> AsyncIterator[InProcessSidecar]:
-    sidecar = InProcessSidecar(url)
-    try:
-        yield sidecar
-    finally:
-        await sidecar.aclose()
 
 
 async def _cancel(task: asyncio.Task[Any]) -> None:
@@ -89,7 +45,7 @@ async def test_a_follower_gets_the_answer_when_the_leader_is_cancelled_mid_json_
     leader's task is cancelled: the follower goes upstream itself and gets the answer
     (not a 502 for the read that was cut short)."""
     gate = "mid-json"
-    async with _sidecar(faulty.url(f"gated-json?bytes=4000&gate={gate}")) as sidecar:
+    async with in_process_sidecar(faulty.url(f"gated-json?bytes=4000&gate={gate}")) as sidecar:
         leader = asyncio.create_task(sidecar.call(1, {"q": "same"}))
         await async_wait_until(lambda: sidecar.flight_progress() > 0, what="half the body")
         follower = asyncio.create_task(sidecar.call(2, {"q": "same"}))
@@ -111,7 +67,7 @@ async def test_followers_go_upstream_on_their_own_when_the_leader_is_cancelled_b
     cancelled: each follower goes upstream on its own and gets its answer."""
     peer, app = echo
     arguments = {"hold": "before-head"}
-    async with _sidecar(app.base_url + "/mcp") as sidecar:
+    async with in_process_sidecar(app.base_url + "/mcp") as sidecar:
         leader = asyncio.create_task(sidecar.call(1, arguments))
         await async_wait_until(lambda: peer.calls == 1, what="the upstream to hold the call")
         followers = [asyncio.create_task(sidecar.call(n, arguments)) for n in (2, 3)]

@@ -9,23 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from mcpcache.sidecar.app.assembly import Sidecar
 from mcpcache.sidecar.config import parse_config
 from peers.faulty import FaultyUpstream
 from peers.in_process import SECONDS, InProcessCall
 from peers.serving import async_wait_until
-
-
-@pytest.fixture
-def faulty() -> Iterator[FaultyUpstream]:
-    upstream = FaultyUpstream().start()
-    yield upstream
-    upstream.stop()
 
 
 def _sidecar(url: str) -> Sidecar:

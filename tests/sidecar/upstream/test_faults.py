@@ -8,7 +8,6 @@ import uuid
 from collections.abc import Iterator
 
 import httpx
-import psutil
 import pytest
 
 from peers.clients import call_body, call_headers, http_client, post, sse_messages
@@ -47,11 +46,7 @@ def tasks(sidecar: RunningSidecar) -> int:
 
 
 def upstream_sockets(faulty: FaultyUpstream) -> int:
-    return sum(
-        1
-        for c in psutil.Process().net_connections("tcp")
-        if c.raddr and c.raddr.port == faulty.port and c.status == psutil.CONN_ESTABLISHED
-    )
+    return faulty.connections()
 
 
 async def settled(sidecar: RunningSidecar, faulty: FaultyUpstream, baseline: int) -> None:

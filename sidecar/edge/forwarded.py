@@ -63,9 +63,11 @@ class ForwardedResponse:
 
 class StreamedResponse:
     """An answer relayed as it arrives (chunked), until the body ends or the client
-    leaves; the body iterator is closed either way."""
+    leaves; the body iterator is closed either way. `on_unread` is called when the
+    response ends before its body was first asked for (the head could not be sent):
+    a generator never started runs none of its own cleanup, so whoever made it is told."""
 
-    __slots__ = ("body", "headers", "status")
+    __slots__ = ("body", "headers", "on_unread", "status")
 
     def __init__(
         self,
@@ -73,14 +75,16 @@ class StreamedResponse:
         headers: Iterable[tuple[str, str]],
         cache_status: str,
         body: AsyncGenerator[bytes, None],
+        on_unread: Callable[[], None] | None = None,
     ) -> None:
         self.status = status
         self.body = body
         self.headers = _encoded(headers, cache_status)
+        self.on_unread = on_unread
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = self.body
-        broken = False
+        broken = started = False
         try:
             await send(
                 {"type": "http.response.start", "status": self.status, "headers": self.headers}
@@ -88,6 +92,7 @@ class StreamedResponse:
             with anyio.CancelScope() as stream:
                 watcher = asyncio.ensure_future(_until_disconnect(receive, stream))
                 try:
+                    started = True
                     async for chunk in body:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     await send({"type": "http.response.body", "body": b""})
@@ -98,7 +103,11 @@ class StreamedResponse:
             if broken:
                 await _abort(scope, receive)
         finally:
-            await body.aclose()
+            try:
+                if not started and self.on_unread is not None:
+                    self.on_unread()
+            finally:
+                await body.aclose()
 
 
 async def _abort(scope: Scope, receive: Receive) -> None:

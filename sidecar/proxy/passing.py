@@ -7,7 +7,7 @@ hints (`Following`, which reads the relay on the client's behalf).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Final
 
 from ..config import Server
@@ -114,9 +114,20 @@ class Following:
             error = exc
             raise
         finally:
-            failure = error.__cause__ if isinstance(error, BrokenBody) else error
+            self.close(relay, error.__cause__ if isinstance(error, BrokenBody) else error)
+
+    def close(self, relay: Relay, failure: BaseException | None) -> None:
+        """The body is over: act on it (`ended`), then release the upstream's answer,
+        whatever acting did. Neither waits, so a cancelled reader still releases."""
+        try:
             self.ended(failure)
+        finally:
             relay.close(failure, self.verdict)
+
+    def on_unread(self, relay: Relay) -> Callable[[], None]:
+        """What ends the body when its client's response ended before reading it: as a
+        client that goes away does (a write may still have been done)."""
+        return lambda: self.close(relay, ConnectionAbortedError("the body was never read"))
 
 
 async def pass_through(
@@ -171,23 +182,23 @@ async def pass_through(
     headers = response_headers(response.headers)
     status = cache_status.forwarded(plan.fwd, plan.detail)
     if not following.follows or response.event_stream:
-        return StreamedResponse(response.status, headers, status, following.relayed(relay, b""))
+        body = following.relayed(relay, b"")
+        return StreamedResponse(response.status, headers, status, body, following.on_unread(relay))
     # A JSON answer followed to its end: read it before the headers, so that what it
     # invalidates is gone before the caller can ask again.
     try:
         prefix = await relay.read_prefix()
     except BaseException as exc:
-        following.ended(exc)
-        relay.close(exc, following.verdict)
+        following.close(relay, exc)
         if isinstance(exc, UpstreamFailure):
             raise failure_error(server, exc, outbound.request_id) from exc
         raise
     # Whole, it is read now; past the bound it cannot be: assumed to have written.
     following.check()
     if relay.complete:
-        following.ended(None)
-        relay.close(None, following.verdict)
+        following.close(relay, None)
         if following.wrote:  # the other replicas are told before the caller is answered
             await invalidator.announced(server.name)
         return ForwardedResponse(response.status, headers, status, prefix)
-    return StreamedResponse(response.status, headers, status, following.relayed(relay, prefix))
+    body = following.relayed(relay, prefix)
+    return StreamedResponse(response.status, headers, status, body, following.on_unread(relay))

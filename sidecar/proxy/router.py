@@ -285,7 +285,9 @@ class Proxy:
             flight.detach_leader()
             return ForwardedResponse(head.status, head.headers, head.cache_status, head.prefix)
         body = flight.leader_body(head.prefix)
-        return StreamedResponse(head.status, head.headers, head.cache_status, body)
+        return StreamedResponse(
+            head.status, head.headers, head.cache_status, body, flight.detach_leader
+        )
 
     async def _follow(self, request: CacheableRequest, flight: Flight) -> ASGIApp:
         """Wait for an identical request's answer; take it under this request's own id.

@@ -63,43 +63,37 @@ def encode(
     """A result's stored bytes, `_meta` first, `content` second and `ttlMs` last, and
     where a hit writes into them. `ttl_ms`: write this `ttlMs` instead of the result's
     own (the operator's freshness, see `rules.admission.freshness`); `scope`: this
-    `cacheScope`. The members between `content` and `ttlMs` are written in one go."""
-    members: list[bytes] = []
-    at = 1  # where the next member starts: after the opening brace and a comma
+    `cacheScope`. Written whole, in one go: a result orjson cannot write whole (nested
+    too deep) raises `orjson.JSONEncodeError`, as writing it for anyone else would."""
+    whole: dict[str, Any] = {}
+    at = 1  # where the next member starts: after the opening brace, or a comma
     meta_at = content_at = ttl_at = 0
     meta_open = meta_more = content_more = False
     if "_meta" not in result:
         meta_at, meta_open = 1, True
-    elif isinstance(meta := result["_meta"], dict):
-        own = {k: v for k, v in meta.items() if k not in _OURS}
-        members.append(b'"_meta":' + orjson.dumps(own))
-        meta_at, meta_more = at + len(b'"_meta":{'), bool(own)
-        at += len(members[-1]) + 1
     else:
-        members.append(b'"_meta":' + orjson.dumps(meta))  # not an object: no age
-        at += len(members[-1]) + 1
+        meta = result["_meta"]
+        if isinstance(meta, dict):  # else left as it is, with no age
+            meta = {k: v for k, v in meta.items() if k not in _OURS}
+            meta_at, meta_more = at + len(b'"_meta":{'), bool(meta)
+        whole["_meta"] = meta
+        at += len(b'"_meta":') + len(orjson.dumps(meta)) + 1
     content = result.get("content")
     if isinstance(content, list):
-        members.append(b'"content":' + orjson.dumps(content))
+        whole["content"] = content
         content_at, content_more = at + len(b'"content":['), bool(content)
-        at += len(members[-1]) + 1
-    ours = "cacheScope" if scope is not None else None
-    skipped = ("_meta", "ttlMs", "content" if content_at else None, ours)
-    rest = {name: value for name, value in result.items() if name not in skipped}
-    if rest:
-        members.append(orjson.dumps(rest)[1:-1])
-        at += len(members[-1]) + 1
+    ours = ("ttlMs", "cacheScope") if scope is not None else ("ttlMs",)
+    whole.update({k: v for k, v in result.items() if k not in whole and k not in ours})
     if scope is not None:
-        members.append(b'"cacheScope":' + orjson.dumps(scope))
-        at += len(members[-1]) + 1
+        whole["cacheScope"] = scope
     ttl = result.get("ttlMs") if ttl_ms is None else ttl_ms
     if "ttlMs" in result or ttl_ms is not None:
-        if isinstance(ttl, int | float) and not isinstance(ttl, bool):
-            ttl_at = at + len(b'"ttlMs":')
-        members.append(b'"ttlMs":' + orjson.dumps(ttl))  # else none a client could read
+        whole["ttlMs"] = ttl
+    encoded = orjson.dumps(whole)
+    if "ttlMs" in whole and isinstance(ttl, int | float) and not isinstance(ttl, bool):
+        ttl_at = len(encoded) - 1 - len(orjson.dumps(ttl))  # else none a client could read
     if meta_open:
-        meta_more = bool(members)
-    encoded = b"{" + b",".join(members) + b"}"
+        meta_more = bool(whole)
     return encoded, Layout(ttl_at, meta_at, meta_open, meta_more, content_at, content_more)
 
 

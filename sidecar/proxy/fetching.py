@@ -352,9 +352,14 @@ class Fetch:
         if share == "alone" or judgement is None or final is None:
             return ALONE
         member = RESULT if "result" in final else ERROR
-        payload = judgement.leaves or orjson.dumps(
-            final["result"] if "result" in final else final["error"]
-        )
+        try:
+            payload = judgement.leaves or orjson.dumps(
+                final["result"] if "result" in final else final["error"]
+            )
+        except orjson.JSONEncodeError:
+            # Stored without our own `_meta` names, whole it is too deep to write: each
+            # follower goes upstream itself.
+            return ALONE
         return Outcome(
             "answer",
             member,

@@ -126,14 +126,9 @@ def answer_verdict(
         if has_inexact_number(raw, capture.final):
             return Verdict("inexact_number")  # a hit would not repeat its numbers exactly
         try:
-            verdict = judge_response(capture.final)  # writes what it stores
+            return judge_response(capture.final)  # writes what it stores, whole
         except orjson.JSONEncodeError:
             return Verdict("too_deep")
-        if verdict.reason is None and too_deep(capture.final, raw):
-            # Stored member by member it may fit, but whole it cannot be written: not
-            # to a follower, nor digested (the result sits a level above its members).
-            return Verdict("too_deep")
-        return verdict
     if capture.broken:
         return Verdict("incomplete")
     if capture.too_large and (capture.ended or not capture.event_stream):

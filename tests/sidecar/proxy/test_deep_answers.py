@@ -29,6 +29,7 @@ for _ in range(DEPTH - 1):
 LIMIT: Any = []  # as deep as orjson writes: the result holding it is a level deeper
 for _ in range(WRITE_DEPTH - 1):
     LIMIT = [LIMIT]
+AGE = "io.mcpcache/age"  # one of the sidecar's own `_meta` names, which it never stores
 
 
 class DeepAnswers:
@@ -58,6 +59,7 @@ class DeepAnswers:
             "tool_error": {"result": {"isError": True, "content": text, "d": DEEP}},
             "result": {"result": {"content": text, "structuredContent": {"d": DEEP}}},
             "limit": {"result": {"content": LIMIT}},
+            "ours": {"result": {"content": text, "_meta": {AGE: LIMIT[0]}}},
         }[arguments["kind"]]
         body = json.dumps({"jsonrpc": "2.0", "id": request["id"], **member}).encode()
         media = b"application/json"
@@ -100,6 +102,8 @@ def assert_whole(answer: dict[str, Any], request_id: Any, kind: str) -> None:
         assert nesting(answer["result"]["d"]) == DEPTH
     elif kind == "limit":
         assert nesting(answer["result"]["content"]) == WRITE_DEPTH
+    elif kind == "ours":
+        assert nesting(answer["result"]["_meta"][AGE]) == WRITE_DEPTH - 1
     else:
         assert nesting(answer["result"]["structuredContent"]["d"]) == DEPTH
 
@@ -134,7 +138,7 @@ async def test_an_answer_too_deep_to_write_again_reaches_its_caller_whole_and_is
 
 
 @pytest.mark.parametrize("sse", [False, True], ids=["json", "sse"])
-@pytest.mark.parametrize("kind", ["error", "result", "limit"])
+@pytest.mark.parametrize("kind", ["error", "result", "limit", "ours"])
 async def test_identical_requests_waiting_for_an_answer_too_deep_to_write_forward_on_their_own(
     make_sidecar, deep, kind: str, sse: bool
 ) -> None:

@@ -16,11 +16,14 @@ connection, and any other server closes it when the app raises.)
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Final
 
 import anyio
 from starlette.types import Receive, Scope, Send
+
+logger = logging.getLogger("mcpcache.sidecar")
 
 ABORT: Final = "mcpcache.abort"
 """The scope extension (a callable) that resets the request's connection at once."""
@@ -103,11 +106,12 @@ class StreamedResponse:
             if broken:
                 await _abort(scope, receive)
         finally:
-            try:
-                if not started and self.on_unread is not None:
+            if not started and self.on_unread is not None:
+                try:
                     self.on_unread()
-            finally:
-                await body.aclose()
+                except Exception:  # a fault of ours: logged, never in place of what ended it
+                    logger.exception("ending a body that was never read failed")
+            await body.aclose()
 
 
 async def _abort(scope: Scope, receive: Receive) -> None:

@@ -77,3 +77,43 @@ async def test_a_stream_that_ends_sends_its_last_chunk_and_closes() -> None:
     assert [m.get("body") for m in sent[1:]] == [b"a", b"b", b""]
     assert sent[-1].get("more_body", False) is False
     assert b"content-length" not in dict(sent[0]["headers"])
+
+
+class HeadFailed(OSError):
+    pass
+
+
+async def fails_at_head(message: dict[str, Any]) -> None:
+    if message["type"] == "http.response.start":
+        raise HeadFailed("the connection broke as the head went out")
+
+
+@pytest.mark.parametrize("cleanup_fails", [False, True])
+async def test_a_stream_whose_head_fails_tells_its_maker_once_and_keeps_the_error(
+    cleanup_fails: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A generator never started runs none of its own cleanup: whoever made it is told
+    (once, and never after it started); a fault there is logged, not raised in place
+    of the head's own failure."""
+    ran: list[str] = []
+
+    async def body() -> AsyncGenerator[bytes, None]:
+        try:
+            yield b"a"
+        finally:
+            ran.append("own cleanup")
+
+    def unread() -> None:
+        ran.append("unread")
+        if cleanup_fails:
+            raise RuntimeError("cleanup failed")
+
+    response = StreamedResponse(200, [], "s", body(), unread)
+    with pytest.raises(HeadFailed):
+        await response({"type": "http"}, nothing_more, fails_at_head)
+    assert ran == ["unread"]
+    assert ("ending a body that was never read failed" in caplog.text) is cleanup_fails
+    started = StreamedResponse(200, [], "s", body(), unread)
+    ran.clear()
+    await run(started, nothing_more)
+    assert ran == ["own cleanup"], "a body that was asked for cleans up after itself"

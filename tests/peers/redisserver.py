@@ -56,7 +56,11 @@ def start_answering(
         except redis.RedisError:
             return False
 
-    wait_until(answers, 15, f"{Path(args[0]).name} to answer PING")
+    try:
+        wait_until(answers, 15, f"{Path(args[0]).name} to answer PING")
+    except BaseException:  # never left running by a start that failed
+        end_process_group(process)
+        raise
     return process
 
 

@@ -213,7 +213,11 @@ class SidecarProcess:
                 stderr=stderr,
                 start_new_session=True,
             )
-        wait_until(self.ready, 30, "the sidecar process to be ready")
+        try:
+            wait_until(self.ready, 30, "the sidecar process to be ready")
+        except BaseException:  # a fixture that fails to start never reaches its teardown
+            self.stop()
+            raise
         return self
 
     def ready(self) -> bool:

@@ -17,14 +17,7 @@ from prometheus_client import generate_latest
 from peers.faulty import FaultyUpstream
 from peers.in_process import HeadFailed, in_process_sidecar
 from peers.serving import async_wait_until
-
-
-def upstream_calls(scrape: str) -> float:
-    """Upstream calls reported (each ends in the latency histogram)."""
-    for line in scrape.splitlines():
-        if line.startswith("mcpcache_upstream_request_duration_seconds_count{"):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+from peers.sidecar import parse_samples, sample
 
 
 @pytest.mark.parametrize("cache", [False, True], ids=["forwarded", "leader"])
@@ -40,5 +33,11 @@ async def test_a_stream_whose_head_cannot_be_sent_releases_the_upstream(
             lambda: faulty.connections() == 0, what="the upstream's answer to be released"
         )
         await async_wait_until(lambda: len(sidecar.coalescer) == 0, what="no fetch task left")
-        scrape = generate_latest(sidecar.sidecar.metrics.registry).decode()
-        assert upstream_calls(scrape) == 1, "the call was reported"
+        scrape = parse_samples(generate_latest(sidecar.sidecar.metrics.registry).decode())
+        reported = sample(
+            scrape,
+            "mcpcache_upstream_request_duration_seconds_count",
+            server="s",
+            method="tools/call",
+        )
+        assert reported == 1, "the call was reported"

@@ -2,7 +2,7 @@
 bare forwarder's app and the least caching proxy's (`servers.least_cache_miss_app`: the
 least any cache must do on a miss) for misses, in rounds that alternate between them.
 
-No HTTP server stands in front of either app (the request's bytes are handed to it as
+No HTTP server stands in front of any of them (the request's bytes are handed to each as
 `trace_miss.py` does), so the figures are each app's own work plus its upstream client's;
 the upstream is the benchmarks' SDK server in a process of its own. On a shared machine
 they still move by a fifth between runs: compare several. Run it with another install's

@@ -170,11 +170,7 @@ class _LeastCacheMiss:
         sent = [(k.decode(), v.decode()) for k, v in scope["headers"] if k not in self.HOP]
         async with self.client.post(self.target, data=body, headers=sent) as response:
             answer, status = await response.read(), response.status
-            relayed = [
-                (k, v)
-                for k, v in response.raw_headers
-                if k.lower() not in self.HOP - {b"content-length"}
-            ]
+            relayed = [(k, v) for k, v in response.raw_headers if k.lower() not in self.RELAYED_HOP]
         parsed = orjson.loads(answer)
         if status == 200 and parsed.get("id") == call["id"] and "result" in parsed:
             self.store[key] = orjson.dumps(parsed["result"])

@@ -16,6 +16,7 @@ import anyio
 import httpx
 import pytest
 
+from mcpcache.sidecar.cache.entry import AGE  # one of our own `_meta` names, never stored
 from mcpcache.sidecar.rules.admission.judgement import WRITE_DEPTH
 from peers.asgi import read_body
 from peers.clients import call_body, call_headers, http_client, sse_messages, unique
@@ -29,7 +30,6 @@ for _ in range(DEPTH - 1):
 LIMIT: Any = []  # as deep as orjson writes: the result holding it is a level deeper
 for _ in range(WRITE_DEPTH - 1):
     LIMIT = [LIMIT]
-AGE = "io.mcpcache/age"  # one of the sidecar's own `_meta` names, which it never stores
 
 
 class DeepAnswers:

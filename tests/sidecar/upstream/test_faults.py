@@ -45,14 +45,10 @@ def tasks(sidecar: RunningSidecar) -> int:
     return sidecar.tasks()
 
 
-def upstream_sockets(faulty: FaultyUpstream) -> int:
-    return faulty.connections()
-
-
 async def settled(sidecar: RunningSidecar, faulty: FaultyUpstream, baseline: int) -> None:
     """No task and no upstream socket outlives the call."""
     await async_wait_until(lambda: tasks(sidecar) <= baseline, what="tasks to finish")
-    await async_wait_until(lambda: upstream_sockets(faulty) == 0, what="upstream sockets to close")
+    await async_wait_until(lambda: faulty.connections() == 0, what="upstream sockets to close")
 
 
 async def post_echo(sidecar: RunningSidecar, server: str, request_id: int = 1) -> httpx.Response:
@@ -137,8 +133,6 @@ async def test_a_client_that_goes_away_releases_the_upstream(sidecar, faulty) ->
         async for _ in response.aiter_raw():
             break
         await response.aclose()
-    await async_wait_until(
-        lambda: upstream_sockets(faulty) == 0, what="the upstream socket to close"
-    )
+    await async_wait_until(lambda: faulty.connections() == 0, what="the upstream socket to close")
     gate.set()
     await settled(sidecar, faulty, baseline)

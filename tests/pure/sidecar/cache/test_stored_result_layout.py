@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcpcache.sidecar.cache.entry import encode, rfc3339, span
+from mcpcache.sidecar.cache.entry import AGE as AGE_KEY
+from mcpcache.sidecar.cache.entry import STORED_AT, encode, rfc3339, span
 from mcpcache.sidecar.cache.store import ResponseCache
 from mcpcache.sidecar.rules.protocol.results import frame_parts
 
@@ -39,10 +40,7 @@ def hit(result: dict[str, Any], seconds_later: float, note: bool = False) -> dic
     return answered
 
 
-AGE_KEY = "io.mcpcache/age"
-STORED_AT = "io.mcpcache/storedAt"
-OURS = (AGE_KEY, STORED_AT)
-AGE = {AGE_KEY: 42, "io.mcpcache/storedAt": "2027-01-15T08:00:00Z"}
+AGE = {AGE_KEY: 42, STORED_AT: "2027-01-15T08:00:00Z"}
 
 
 @pytest.mark.parametrize(
@@ -210,7 +208,9 @@ def test_any_result_is_stored_and_answered_on_a_hit_as_it_came(
     encoded, layout = encode(result, ttl_ms, scope)
     expected = dict(result)
     if isinstance(expected.get("_meta"), dict):
-        expected["_meta"] = {k: v for k, v in expected["_meta"].items() if k not in OURS}
+        expected["_meta"] = {
+            k: v for k, v in expected["_meta"].items() if k not in (AGE_KEY, STORED_AT)
+        }
     if scope is not None:
         expected["cacheScope"] = scope
     if ttl_ms is not None:

@@ -24,10 +24,7 @@ from typing import Any
 import run_all as bench
 import uvloop
 from servers import forwarder_app, least_cache_miss_app
-from trace_miss import one_call
-
-from mcpcache.sidecar.app.assembly import Sidecar
-from mcpcache.sidecar.config import SidecarConfig
+from trace_miss import bench_sidecar, one_call
 
 
 async def cpu_us(app: Any, calls: int, key: Callable[[], str]) -> float:
@@ -39,13 +36,7 @@ async def cpu_us(app: Any, calls: int, key: Callable[[], str]) -> float:
 
 
 async def measure(upstream_url: str, calls: int, rounds: int) -> dict[str, list[float]]:
-    config = SidecarConfig.model_validate(
-        {
-            "appId": "bench",
-            "servers": [{"name": "bench", "url": upstream_url, "cache": {"enabled": True}}],
-        }
-    )
-    sidecar = Sidecar(lambda: config)
+    sidecar = bench_sidecar(upstream_url)
     apps = {
         "sidecar": sidecar.proxy_app(),
         "forwarder": forwarder_app(upstream_url),

@@ -92,14 +92,19 @@ async def one_call(app: Any, key: str, request_id: int, trace: Trace | None) -> 
     return sent
 
 
-async def run(upstream_url: str) -> dict[str, dict[str, int]]:
+def bench_sidecar(upstream_url: str) -> Sidecar:
+    """A sidecar for one server, `bench` at `upstream_url`, with its cache on."""
     config = SidecarConfig.model_validate(
         {
             "appId": "bench",
             "servers": [{"name": "bench", "url": upstream_url, "cache": {"enabled": True}}],
         }
     )
-    sidecar = Sidecar(lambda: config)
+    return Sidecar(lambda: config)
+
+
+async def run(upstream_url: str) -> dict[str, dict[str, int]]:
+    sidecar = bench_sidecar(upstream_url)
     app = sidecar.proxy_app()
     await one_call(app, "warm", 1, None)  # warm: connection pool, imports, hints
     miss, hit = Trace(), Trace()

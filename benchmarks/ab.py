@@ -95,6 +95,7 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=4, help="wrk runs per build")
     args = parser.parse_args()
+    bench.require_wrk()
     for label, sse in (("miss", False), ("first SSE event", True)):
         p50, cpu = forwarded(args.a_python, args.calls if not sse else args.calls // 3, sse)
         added = {name: p50[name] - p50["direct"] for name in ("forwarder", "a", "b")}

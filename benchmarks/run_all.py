@@ -210,6 +210,15 @@ def headers(tool: str) -> dict[str, str]:
     }
 
 
+def require_wrk() -> None:
+    """Stop at once, saying what is missing, when `wrk` is not installed (`run.sh`
+    installs it), rather than after the benchmarks that come before the hits."""
+    if shutil.which("wrk") is None:
+        raise SystemExit(
+            "the hit benchmarks need wrk: apt-get install wrk, or run bash benchmarks/run.sh"
+        )
+
+
 def wrk(
     url: str, payload: bytes, seconds: int, pid: int, connections: int = 16
 ) -> dict[str, float]:

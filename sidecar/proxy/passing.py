@@ -16,7 +16,7 @@ from ..edge.incoming import Incoming
 from ..rules import cache_status
 from ..rules.admission.capture import ResponseCapture
 from ..rules.admission.judgement import answer_verdict, judge_forwarded, shareable_final
-from ..rules.key.callers import SESSION_HEADER, credential_digest
+from ..rules.key.callers import SESSION_HEADER, opening_digest
 from ..rules.learned_tools import listing_ttl
 from ..rules.policy.plan import Bypass
 from ..rules.protocol.messages import Message, method_label
@@ -157,7 +157,7 @@ async def pass_through(
         query=incoming.query,
         unknown_ids=unread,
         opening=(
-            credential_digest(server, incoming.headers)
+            opening_digest(server, incoming.headers, incoming.query)
             if message is not None and message.method == "initialize"
             else None
         ),

@@ -115,7 +115,7 @@ class Proxy:
             config.app_id,
             self.hints,
             incoming.query,
-            self.exchanges.sessions.bound(server, incoming.headers),
+            self.exchanges.sessions.bound(server, incoming.headers, incoming.query),
         )
         method = method_label(message.method)
         if isinstance(decision, Bypass):

@@ -57,7 +57,7 @@ class Outbound:
     unknown_ids: bool = False
     """A ticketed body the sidecar could not read: it holds every id of its session."""
     opening: str | None = None
-    """For an `initialize`: the digest of the credentials it carries ("" for none); the
+    """For an `initialize`: its opener's digest (`key.callers.opening_digest`); the
     session it opens is remembered with it."""
 
 

@@ -9,15 +9,18 @@ it ended is not stored after its entries were dropped.
 
 A session is no identity (`rules.key.callers.session_keyed`), except where the server may
 have made it one: a server that binds a user to a session at `initialize` may take
-later requests of that session with other credentials, or none. So the sidecar keeps,
-for each session it saw opened, the digest of the credentials its `initialize` carried
-(the last `OPENED_SESSIONS_KEPT` sessions), and a request is keyed without its session
-only when it is in a session opened here with exactly its own credentials. Any other
-request in a session keeps its entries apart by session, as on a `sessionScoped`
-server: one whose credentials differ from its session's opening (none, or a cookie
-every user shares), and one in a session not known here (opened through another
-replica or before a restart, made up, or forgotten among many): that costs hits, never
-another caller's answer.
+later requests of that session with other credentials, or none, and it may know the
+user by any header or by the query string, not only by the identity headers. So the
+sidecar keeps, for each session it saw opened, a digest of every keyed header its
+`initialize` carried but the session and the version, and of its query string
+(`key.callers.opening_digest`; the last `OPENED_SESSIONS_KEPT` sessions), and a request
+is keyed without its session only when it is in a session opened here by exactly the
+same. Any other request in a session keeps its entries apart by session, as on a
+`sessionScoped` server: one whose headers or query differ from its session's opening
+(no credential, a cookie every user shares, no `X-User` where the opening sent one),
+and one in a session not known here (opened through another replica or before a
+restart, made up, or forgotten among many): that costs hits, never another caller's
+answer.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import cachetools
 from ..cache.store import ResponseCache
 from ..config import Server
 from ..rules.key.cache_key import session_scope
-from ..rules.key.callers import SESSION_HEADER, credential_digest
+from ..rules.key.callers import SESSION_HEADER, opening_digest
 from ..rules.protocol.session_ids import SessionRequestIds, Ticket
 
 ENDED_SESSIONS_KEPT: Final = 4096
@@ -72,18 +75,20 @@ class LegacySessions:
             self.ids.forget_session(scope)
             self._cache.purge_session(scope)
 
-    def opened(self, server: Server, session: str, credentials: str) -> None:
-        """An `initialize` carrying `credentials` (their digest) opened this session."""
-        self._opened[server.name, session] = credentials
+    def opened(self, server: Server, session: str, opener: str) -> None:
+        """An `initialize` whose opener digest (`key.callers.opening_digest`) is
+        `opener` opened this session."""
+        self._opened[server.name, session] = opener
 
-    def bound(self, server: Server, headers: Mapping[str, str]) -> bool:
+    def bound(self, server: Server, headers: Mapping[str, str], query: str) -> bool:
         """Whether this request's session is key material for it: it is in a session
-        not opened here with exactly its own credentials (see the module docstring)."""
+        not opened here by exactly its own keyed headers and query string (see the
+        module docstring)."""
         session = headers.get(SESSION_HEADER)
         if not session or not session.strip():
             return False  # outside a session, or a blank one (`key.callers.caller_of`)
         opening = self._opened.get((server.name, session))
-        return opening is None or opening != credential_digest(server, headers)
+        return opening is None or opening != opening_digest(server, headers, query)
 
     def ended(self, scope: str) -> bool:
         """Whether the session of this scope has ended (as far as it is remembered)."""

@@ -7,8 +7,9 @@ arguments choose the answer's extra headers (`respond_headers`), its result shap
 response instead), its HTTP status (`status`), a gate to wait on (`hold`) and, for
 `huge_event`, the size of a single event-stream event it streams.
 Every request's headers are recorded. An `initialize` opens a legacy session bound to
-the `Authorization` it carried, as a server that authenticates only at `initialize`
-does: a call in that session is answered for that user (`bound_to`) whatever it sends.
+the user it named, as a server that authenticates only at `initialize` does: its
+`Authorization`, else a gateway's `X-User`, else its query string. A call in that
+session is answered for that user (`bound_to`) whatever it sends.
 """
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ class EchoUpstream:
         self.seen.append(headers)
         request = json.loads(body) if body else {}
         if request.get("method") == "initialize":
-            await self._initialize(send, request.get("id"), headers.get("authorization"))
+            query = scope["query_string"].decode("latin-1")
+            user = headers.get("authorization") or headers.get("x-user") or query or None
+            await self._initialize(send, request.get("id"), user)
             return
         arguments = request.get("params", {}).get("arguments", {})
         extra = [(k.encode(), v.encode()) for k, v in arguments.get("respond_headers", [])]

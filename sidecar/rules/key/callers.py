@@ -180,6 +180,23 @@ def credential_digest(server: Server, headers: Mapping[str, str]) -> str:
     return secret_digest("\n".join(held)) if held else ""
 
 
+def opening_digest(server: Server, headers: Mapping[str, str], query: str) -> str:
+    """A legacy session's opener as a later request in it is compared with (see
+    `upstream.sessions`): every keyed header present but the session and the version
+    (an `initialize` need not say one), and the query string. A server may bind the
+    user at `initialize` by any of them, not only by the identity headers; "" for a
+    request with none."""
+    keyed = keyed_headers(server, headers)
+    held = sorted(
+        f"{name}:{headers[name]}"
+        for name in keyed
+        if name in headers and name not in (SESSION_HEADER, PROTOCOL_HEADER)
+    )
+    if query:
+        held.append(f"?{query}")
+    return header_digest("\n".join(held)) if held else ""
+
+
 @functools.lru_cache(maxsize=64)
 def public_keyed(keyed: frozenset[str], identity_headers: tuple[str, ...]) -> frozenset[str]:
     """The keyed headers of an entry for every caller: all but the identity headers and

@@ -12,7 +12,7 @@ import pytest
 
 from mcpcache.sidecar.cache.store import ResponseCache
 from mcpcache.sidecar.config import Server
-from mcpcache.sidecar.rules.key.callers import credential_digest
+from mcpcache.sidecar.rules.key.callers import opening_digest
 from mcpcache.sidecar.upstream.sessions import OPENED_SESSIONS_KEPT, LegacySessions
 from peers.clients import (
     LEGACY,
@@ -236,6 +236,29 @@ async def test_a_session_opened_with_a_credential_keeps_its_entries_when_its_cal
     assert answer.headers["cache-status"] == "mcpcache; fwd=miss; stored"
 
 
+@pytest.mark.parametrize("by", ["header", "query"])
+async def test_sessions_bound_by_a_header_or_query_at_initialize_never_share_calls_without_it(
+    sidecar_on_echo, echo_upstream, by: str
+) -> None:
+    # A gateway names the user at `initialize` in a header that is no identity header,
+    # or a client puts it in the query string; later calls carry the session alone. The
+    # upstream answers each session for its own user: two users must never share.
+    url, arguments = sidecar_on_echo.url("echo"), {"q": unique()}
+    sessions = {}
+    for user in ("alice", "bob"):
+        if by == "header":
+            sessions[user] = await opened(url, **{"x-user": user})
+        else:
+            sessions[user] = await opened(f"{url}?user={user}")
+    for user, session in sessions.items():
+        answer = await post(url, call_body(1, "t", arguments), in_session(session))
+        assert answer.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+        assert user in who_answered(answer.json())["who"]["bound_to"]
+    again = await post(url, call_body(2, "t", arguments), in_session(sessions["alice"]))
+    assert again.headers["cache-status"] == "mcpcache; hit"
+    assert "alice" in who_answered(again.json())["who"]["bound_to"]
+
+
 async def test_a_blank_session_id_never_reads_a_sessions_entries(
     sidecar_on_echo, echo_upstream
 ) -> None:
@@ -262,19 +285,34 @@ async def test_a_shared_cookie_on_calls_in_sessions_bound_to_users_never_shares_
         assert who_answered(answer.json())["who"]["bound_to"] == user
 
 
-def test_a_session_is_unkeyed_only_for_the_credentials_that_opened_it_here() -> None:
+def test_a_session_is_unkeyed_only_for_the_request_that_opened_it_here() -> None:
     sessions = LegacySessions(ResponseCache(16, 1 << 20))
     server = Server.model_validate({"name": "s", "url": "http://127.0.0.1:9/mcp"})
-    alice = {"authorization": "Bearer alice"}
-    sessions.opened(server, "alice-1", credential_digest(server, alice))
-    sessions.opened(server, "anonymous-1", "")
-    assert not sessions.bound(server, {"mcp-session-id": "alice-1", **alice})
-    assert not sessions.bound(server, {"mcp-session-id": "anonymous-1"})
-    assert sessions.bound(server, {"mcp-session-id": "alice-1"}), "no credential: bound"
-    assert sessions.bound(server, {"mcp-session-id": "alice-1", "cookie": "lb=a"})
-    assert sessions.bound(server, {"mcp-session-id": "made-up"}), "not opened here"
-    assert not sessions.bound(server, {"mcp-session-id": ""}), "blank: its own marker"
+    alice, carol = {"authorization": "Bearer alice"}, {"x-user": "carol"}
+    sessions.opened(server, "alice-1", opening_digest(server, alice, ""))
+    sessions.opened(server, "anonymous-1", opening_digest(server, {}, ""))
+    sessions.opened(server, "carol-1", opening_digest(server, carol, ""))
+    sessions.opened(server, "dave-1", opening_digest(server, {}, "user=dave"))
+
+    def bound(session: str, query: str = "", **headers: str) -> bool:
+        return sessions.bound(server, {"mcp-session-id": session, **headers}, query)
+
+    assert not bound("alice-1", **alice)
+    assert not bound("anonymous-1")
+    assert not bound("carol-1", **carol)
+    assert not bound("dave-1", "user=dave")
+    # The version and the session are left out: an `initialize` need not send them.
+    assert not bound("alice-1", **alice, **{"mcp-protocol-version": "2025-11-25"})
+    assert bound("alice-1"), "no credential: bound"
+    assert bound("alice-1", cookie="lb=a")
+    assert bound("carol-1"), "the header its opening named the user by is missing"
+    assert bound("carol-1", **{"x-user": "mallory"})
+    assert bound("dave-1"), "the query its opening named the user by is missing"
+    assert bound("dave-1", "user=mallory")
+    assert bound("anonymous-1", **{"x-user": "carol"}), "a header its opening lacked"
+    assert bound("made-up"), "not opened here"
+    assert not bound(""), "blank: its own marker"
     # Forgotten among many sessions opened since, it is keyed by itself (never shared).
     for n in range(OPENED_SESSIONS_KEPT):
         sessions.opened(server, f"mallory-{n}", "")
-    assert sessions.bound(server, {"mcp-session-id": "anonymous-1"})
+    assert bound("anonymous-1")

@@ -30,6 +30,9 @@ class Recorder:
     with `refuse_in_result`, a 200 whose result says `isError`, as servers that pass a
     caller's token on to a backend do)."""
     refuse_in_result: bool = False
+    refused_result: dict[str, Any] | None = None
+    """The result a refused caller gets with `refuse_in_result` (an `isError` one when
+    unset): a sign-in asked for (`input_required`), a task handle, ..."""
     status: int = 200
     """The status of every answer to a request (a 503: the upstream is failing)."""
 
@@ -63,7 +66,10 @@ class Recorder:
         said = {"call": self.calls, "params": params}
         result: dict[str, Any] = {"content": [{"type": "text", "text": json.dumps(said)}]}
         if refused:
-            result = {"content": [{"type": "text", "text": "backend said 401"}], "isError": True}
+            result = self.refused_result or {
+                "content": [{"type": "text", "text": "backend said 401"}],
+                "isError": True,
+            }
         await _send(send, 200, {"jsonrpc": "2.0", "id": request["id"], "result": result})
 
 

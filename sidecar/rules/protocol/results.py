@@ -59,6 +59,19 @@ def judge_response(response: Mapping[str, Any]) -> Verdict:
     return Verdict(None, encoded, ttl_cap, layout.ttl_at, cache_scope(result), layout)
 
 
+def complete_answer(result: Any) -> bool:
+    """Whether a `result` is the call's own answer: not `isError`, not a request for
+    more input (`input_required`: a sign-in asked for, say), not a handle to a task, not
+    any other `resultType` but `complete`. Only such a result shows the upstream served
+    the caller (`cache.credentials`); anything else it gives to anyone it refuses."""
+    return (
+        isinstance(result, dict)
+        and result.get("isError") is not True
+        and result.get("resultType") in (None, "complete")
+        and "task" not in result
+    )
+
+
 def cache_scope(result: Mapping[str, Any]) -> CacheScope | None:
     """The result's own `cacheScope`, when it says one the protocol defines."""
     scope = result.get("cacheScope")

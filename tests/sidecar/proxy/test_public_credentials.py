@@ -6,6 +6,7 @@ refuses it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -118,23 +119,52 @@ async def test_an_empty_or_scheme_only_credential_is_anonymous_to_an_entry_for_e
     assert blank_after.headers["cache-status"] == "mcpcache; fwd=miss; stored"
 
 
+SIGN_IN: dict[str, Any] = {
+    "resultType": "input_required",
+    "inputRequests": {
+        "login": {
+            "method": "elicitation/create",
+            "params": {"mode": "url", "url": "https://idp.example/login", "message": "sign in"},
+        }
+    },
+}
+REFUSALS_IN_A_RESULT: dict[str, dict[str, Any] | None] = {
+    "isError": None,  # the recorder's own: a backend's 401 reported as `isError`
+    "input_required": SIGN_IN,
+    "task": {"task": {"taskId": "t-1", "status": "working"}},
+    "task_result_type": {"resultType": "task", "taskId": "t-1"},
+    "unknown_result_type": {"resultType": "redirect", "content": []},
+}
+
+
+@pytest.mark.parametrize("kind", REFUSALS_IN_A_RESULT)
 async def test_a_refusal_in_a_result_or_a_protocol_answer_accepts_no_credential(
-    make_sidecar,
+    make_sidecar, kind: str
 ) -> None:
     # Servers that pass a caller's token on to a backend answer anyone at the protocol
-    # level and report the backend's refusal as an `isError` result.
-    peer = Recorder(accepted=frozenset(GOOD), refuse_in_result=True)
+    # level and report the backend's refusal in a result: `isError`, or a sign-in asked
+    # for; a task handle or a result type of another kind is no answer to the call
+    # either. Only the call's own answer shows that the upstream served the credential.
+    refusal = REFUSALS_IN_A_RESULT[kind]
+    peer = Recorder(accepted=frozenset(GOOD), refuse_in_result=True, refused_result=refusal)
     with served(peer, lifespan="off") as app:
         sidecar = _public(make_sidecar, app)
         q = unique()
         await _call(sidecar, q, GOOD[0])
-        refused = await _call(sidecar, unique(), "Bearer junk", 2)
-        assert refused.json()["result"]["isError"] is True
-        await ask(sidecar.url("echo"), "tools/list", 3, "Bearer junk")
+        assert (
+            (await _call(sidecar, q, GOOD[0], 2))
+            .headers["cache-status"]
+            .startswith("mcpcache; hit")
+        )
+        refused = await _call(sidecar, unique(), "Bearer junk", 3)  # a 200, not an answer
+        assert refused.status_code == 200
+        await ask(sidecar.url("echo"), "tools/list", 4, "Bearer junk")
         calls = peer.calls
-        junk = await _call(sidecar, q, "Bearer junk", 4)
-        assert junk.json()["result"]["isError"] is True, "the upstream's answer, not the entry"
+        junk = await _call(sidecar, q, "Bearer junk", 5)
+        assert "hit" not in junk.headers["cache-status"], "the upstream's answer, not the entry"
+        assert junk.json()["result"] == (refusal or refused.json()["result"])
         assert peer.calls == calls + 1
+        assert peer.received[-1].headers["authorization"] == "Bearer junk"
 
 
 async def test_an_unchecked_credential_never_gets_a_stale_answer_for_every_caller(

@@ -169,7 +169,9 @@ class Incoming:
             message = read_message(raw)
         else:
             message = await asyncio.to_thread(read_message, raw)
-        if message.is_request and (mismatch := routing_header_mismatch(headers, message)):
+        if message.is_request and (
+            mismatch := routing_header_mismatch(headers, message, self.raw_headers)
+        ):
             raise ProxyError(400, HEADER_MISMATCH, mismatch, request_id=message.id)
         if message.doubt is None and not accepts_both(headers.get("accept") or "*/*"):
             message.doubt = "accept"  # a hit's answer may be a stream it cannot take

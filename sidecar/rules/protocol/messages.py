@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ..cache_status import Doubt
@@ -195,25 +195,42 @@ def decode_header_value(value: str) -> str:
     return value
 
 
-def routing_header_mismatch(headers: Mapping[str, str], message: Message) -> str | None:
+def routing_header_mismatch(
+    headers: Mapping[str, str],
+    message: Message,
+    raw_headers: Sequence[tuple[str, str]] = (),
+) -> str | None:
     """Why the `Mcp-Method` / `Mcp-Name` headers disagree with the body, or None.
 
     Checked before any lookup: otherwise a request could name one tool in its headers,
-    another in its body, and be answered with the wrong tool's cached result.
+    another in its body, and be answered with the wrong tool's cached result. A header
+    sent more than once (`raw_headers`, as sent) disagrees when any copy does; copies
+    that all agree are no disagreement (such a request goes upstream uncached, as any
+    repeated routing header does: `key.callers.unambiguous_headers`).
     """
-    header_method = headers.get("mcp-method")
-    if header_method is not None and header_method != message.method:
+    if any(value != message.method for value in _copies("mcp-method", headers, raw_headers)):
         return "Mcp-Method header does not match the request body's method"
-    header_name = headers.get("mcp-name")
     name_key = NAME_PARAM.get(message.method or "")
-    if (
-        header_name is not None
-        and name_key is not None
-        and isinstance(message.body.get("params"), dict)  # else the upstream judges
-        and decode_header_value(header_name) != message.params.get(name_key)
+    if name_key is None or not isinstance(message.body.get("params"), dict):
+        return None  # no name to compare, or the upstream judges the params
+    name = message.params.get(name_key)
+    if any(
+        decode_header_value(value) != name for value in _copies("mcp-name", headers, raw_headers)
     ):
         return f"Mcp-Name header does not match the request body's {name_key!r} parameter"
     return None
+
+
+def _copies(
+    name: str, headers: Mapping[str, str], raw_headers: Sequence[tuple[str, str]]
+) -> list[str]:
+    """Each value of a header as sent: one, or (repeated) every copy in order."""
+    value = headers.get(name)
+    if value is None:
+        return []
+    if len(raw_headers) <= len(headers):  # no header was sent twice
+        return [value]
+    return [copy for sent, copy in raw_headers if sent == name]
 
 
 def method_label(method: str | None) -> str:

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from mcp.server.transport_security import TransportSecuritySettings
 
-from peers.clients import LEGACY, MODERN, call_body, call_headers, mcp_client, post
+from peers.clients import LEGACY, MODERN, call_body, call_headers, http_client, mcp_client, post
 from peers.serving import async_wait_until, free_port, served
 from peers.sidecar import one_server
 from peers.upstream import Upstream
@@ -39,6 +39,38 @@ async def test_routing_headers_that_disagree_with_the_body_are_refused(
     assert response.json()["error"]["code"] == -32020
     assert response.json()["id"] == 5
     assert peer.http["POST"] == posts, "refused before any forwarding"
+
+
+@pytest.mark.parametrize(
+    ("copies", "refused"),
+    [
+        ([("mcp-method", "tools/call"), ("mcp-method", "tools/call")], False),
+        ([("mcp-name", "echo"), ("mcp-name", "=?base64?ZWNobw==?=")], False),
+        ([("mcp-method", "tools/call"), ("mcp-method", "tools/list")], True),
+        ([("mcp-name", "echo"), ("mcp-name", "blob")], True),
+    ],
+)
+async def test_a_routing_header_sent_twice_is_refused_only_when_a_copy_disagrees(
+    sidecar, json_upstream, copies: list[tuple[str, str]], refused: bool
+) -> None:
+    # Copies that all agree with the body break no rule the sidecar must enforce: the
+    # request goes upstream as sent, uncached (servers differ in which copy they read),
+    # and the upstream answers it (the SDK's server refuses repeated routing headers).
+    peer, _ = json_upstream
+    posts = peer.http["POST"]
+    repeated = {name for name, _ in copies}
+    headers = [(k, v) for k, v in call_headers("echo").items() if k not in repeated] + copies
+    body = json.dumps(call_body(5, "echo", {"text": uuid.uuid4().hex})).encode()
+    async with http_client(timeout=10) as http:
+        response = await http.post(sidecar.url("json"), content=body, headers=headers)
+    if refused:
+        assert response.status_code == 400
+        assert response.json()["error"]["code"] == -32020
+        assert peer.http["POST"] == posts, "refused before any forwarding"
+    else:
+        assert response.headers["cache-status"] == "mcpcache; fwd=request; detail=ambiguous-headers"
+        assert "more than once" in response.json()["error"]["message"], "the upstream's answer"
+        assert peer.http["POST"] == posts + 1
 
 
 async def test_a_base64_mcp_name_header_is_decoded_before_comparing(sidecar) -> None:

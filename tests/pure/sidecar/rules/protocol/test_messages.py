@@ -256,6 +256,30 @@ def test_routing_headers_must_agree_with_the_body(
     assert routing_header_mismatch(headers, message) == problem
 
 
+@pytest.mark.parametrize(
+    ("copies", "problem"),
+    [
+        ([("mcp-method", "tools/call"), ("mcp-method", "tools/call")], None),
+        ([("mcp-name", "t"), ("mcp-name", b64("t"))], None),
+        (
+            [("mcp-method", "tools/call"), ("mcp-method", "tools/list")],
+            "Mcp-Method header does not match the request body's method",
+        ),
+        (
+            [("mcp-name", "other"), ("mcp-name", "t")],
+            "Mcp-Name header does not match the request body's 'name' parameter",
+        ),
+    ],
+)
+def test_every_copy_of_a_repeated_routing_header_must_agree_with_the_body(
+    copies: list[tuple[str, str]], problem: str | None
+) -> None:
+    joined: dict[str, str] = {}
+    for name, value in copies:
+        joined[name] = f"{joined[name]}, {value}" if name in joined else value
+    assert routing_header_mismatch(joined, call(name="t"), copies) == problem
+
+
 def test_method_labels_are_known_methods_or_other() -> None:
     assert method_label(None) == "response"
     assert method_label("tools/call") == "tools/call"

@@ -23,6 +23,7 @@ from ..invalidation.removals import EVERY_ENTRY, Removal
 from ..invalidation.writes import doubtful_writes, writes
 from ..key.cache_key import caller_digest
 from ..key.callers import (
+    Caller,
     RequestRefused,
     caller_of,
     credential_digest,
@@ -166,10 +167,12 @@ def plan(
     call = Call(tool_rule(server, message) if server.cache.tools else None, None, {}, None)
     if reason is None and message.method == "tools/call":
         reason, call = _tool_call(
-            server, message, call.rule, headers, raw_headers, hints, bound_session
+            server, message, call.rule, headers, raw_headers, hints, query, bound_session
         )
     if reason is not None:
-        return _bypass(server, message, reason, call.rule, headers, raw_headers, bound_session)
+        return _bypass(
+            server, message, reason, call.rule, headers, raw_headers, query, bound_session
+        )
     try:
         caller = call.caller or caller_of(server, headers, raw_headers, bound_session)
     except RequestRefused:
@@ -180,7 +183,7 @@ def plan(
         # made it a `tool_rule` bypass.)
         return Bypass("too_deep")
     ttl, scope = kept(server, message, call, keyed)
-    learner = caller_digest(caller.who) if learns_tools(server, message) else None
+    learner = learner_of(caller, query) if learns_tools(server, message) else None
     # Where entries for every caller may be, the upstream's acceptance is recorded.
     shares = server.cache.shares_entries
     credential = credential_digest(server, headers) if shares else ""
@@ -198,6 +201,7 @@ def _tool_call(
     headers: Mapping[str, str],
     raw_headers: Sequence[tuple[str, str]],
     hints: LearnedTools | None,
+    query: str,
     bound_session: bool,
 ) -> tuple[BypassReason | None, Call]:
     """Why a call of this tool is not looked up (its rule, its server's hints, an
@@ -214,7 +218,7 @@ def _tool_call(
         caller = unambiguous_caller(server, headers, raw_headers, bound_session)
         if caller is not None:
             call = call._replace(caller=caller)
-            defaults = hints.defaults(server.name, caller.digest, tool)
+            defaults = hints.defaults(server.name, learner_of(caller, query), tool)
     if reason is not None:
         return reason, call
     if (rule is not None or defaults or cache.tools) and doubtful(
@@ -236,6 +240,7 @@ def _bypass(
     rule: ToolRule | None,
     headers: Mapping[str, str],
     raw_headers: Sequence[tuple[str, str]],
+    query: str,
     bound_session: bool,
 ) -> Bypass:
     """A request forwarded untouched, with what it removes once it answers (a declared
@@ -245,7 +250,18 @@ def _bypass(
     listener = None
     if learns_tools(server, message):
         listener = unambiguous_caller(server, headers, raw_headers, bound_session)
-    return Bypass(reason, invalidates, listener.digest if listener is not None else None)
+    return Bypass(
+        reason, invalidates, learner_of(listener, query) if listener is not None else None
+    )
+
+
+def learner_of(caller: Caller, query: str) -> str:
+    """Whom a listing teaches, and whose calls it fills: the caller as the key sees them
+    (`Caller.digest`) on this query string, which the upstream sees too and may answer
+    each user by (`/mcp?user=…`): one caller's defaults never fill another's calls."""
+    if not query:
+        return caller.digest
+    return caller_digest({**caller.who, "query": query})
 
 
 def public_side(lookup: Lookup) -> Lookup:

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from peers import clients
-from peers.clients import call_tool, mcp_client, text_of, unique
+from peers.clients import ask, call_tool, mcp_client, text_of, unique
 from peers.sharedtier import SHARED_HIT, shared_config, stored_in_redis
 from peers.sidecar import RunningSidecar, one_server
 
@@ -196,6 +196,26 @@ async def test_defaults_from_one_callers_listing_never_fill_another_callers_call
         await bob.call_tool("get_release", {"name": name, "version": "latest"})
         await bob.call_tool("get_release", {"name": name})
         assert peer.calls["get_release"] == calls + 3, "his own listing does"
+
+
+async def test_defaults_from_a_listing_on_one_query_string_never_fill_calls_on_another(
+    make_sidecar, upstream
+) -> None:
+    # The same headers, each user named in the query string (which the upstream sees and
+    # may give each user a default by): Alice's listing says nothing of Bob's defaults.
+    # (Raw requests: the SDK's client lists the tools itself before a call.)
+    peer, app = upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp", name="docs", fillSchemaDefaults=True))
+    alice, bob = (f"{sidecar.url('docs')}?user={user}" for user in ("alice", "bob"))
+    assert (await ask(alice, "tools/list", 1, ALICE["authorization"])).status_code == 200
+    name, calls = unique(), peer.calls["get_release"]
+    for arguments in ({"name": name, "version": "latest"}, {"name": name}):
+        await call_tool(bob, "get_release", arguments, **ALICE)
+    assert peer.calls["get_release"] == calls + 2, "Alice's listing filled nothing of Bob's"
+    name, calls = unique(), peer.calls["get_release"]
+    for arguments in ({"name": name, "version": "latest"}, {"name": name}):
+        await call_tool(alice, "get_release", arguments, **ALICE)
+    assert peer.calls["get_release"] == calls + 1, "her own listing fills her calls"
 
 
 async def test_a_listing_answered_from_the_cache_teaches_its_caller_the_defaults(

@@ -185,8 +185,11 @@ def opening_digest(server: Server, headers: Mapping[str, str], query: str) -> st
     `upstream.sessions`): every keyed header present but the session and the version
     (an `initialize` need not say one), and the query string. A server may bind the
     user at `initialize` by any of them, not only by the identity headers; "" for a
-    request with none."""
-    keyed = keyed_headers(server, headers)
+    request with none. Headers a `Connection` header names never reach the upstream and
+    are left out of the key, so they are left out here too: a request hiding the one
+    its session's opener sent differs from that opener."""
+    hidden = frozenset(connection_named([("connection", headers.get("connection", ""))]))
+    keyed = keyed_headers(server, headers, hidden)
     held = sorted(
         f"{name}:{headers[name]}"
         for name in keyed

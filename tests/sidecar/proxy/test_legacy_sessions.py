@@ -259,6 +259,20 @@ async def test_sessions_bound_by_a_header_or_query_at_initialize_never_share_cal
     assert "alice" in who_answered(again.json())["who"]["bound_to"]
 
 
+async def test_a_call_hiding_the_header_its_session_was_opened_by_keeps_its_session(
+    sidecar_on_echo, echo_upstream
+) -> None:
+    # `Connection: x-user` keeps the header from the upstream and from the key: such a
+    # call differs from its session's opener, whatever value it hides.
+    url, arguments = sidecar_on_echo.url("echo"), {"q": unique()}
+    for n, user in enumerate(("alice", "bob")):
+        session = await opened(url, **{"x-user": user})
+        hiding = in_session(session, **{"x-user": user, "connection": "x-user"})
+        answer = await post(url, call_body(n + 1, "t", arguments), hiding)
+        assert answer.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+        assert who_answered(answer.json())["who"]["bound_to"] == user
+
+
 async def test_a_blank_session_id_never_reads_a_sessions_entries(
     sidecar_on_echo, echo_upstream
 ) -> None:
@@ -310,6 +324,7 @@ def test_a_session_is_unkeyed_only_for_the_request_that_opened_it_here() -> None
     assert bound("dave-1"), "the query its opening named the user by is missing"
     assert bound("dave-1", "user=mallory")
     assert bound("anonymous-1", **{"x-user": "carol"}), "a header its opening lacked"
+    assert bound("carol-1", **carol, connection="x-user"), "hidden from the upstream"
     assert bound("made-up"), "not opened here"
     assert not bound(""), "blank: its own marker"
     # Forgotten among many sessions opened since, it is keyed by itself (never shared).

@@ -51,7 +51,7 @@ class LegacySessions:
             OPENED_SESSIONS_KEPT
         )
         """Each session opened here, by server and id (looked up on every request in a
-        session, so not digested): the digest of its opening's credentials."""
+        session, so not digested): its opener's digest (`key.callers.opening_digest`)."""
 
     def ticket(self, server: Server, session: str | None, request_id: Any) -> Ticket | None:
         """A ticket for this request's id in its legacy session; None outside one."""

@@ -160,7 +160,7 @@ def plan(
 
     `query` is the request's query string: the upstream sees it, so the key holds it.
     `bound_session`: its legacy session is keyed, as on a `sessionScoped` server (one
-    not opened here with exactly this request's credentials: `upstream.sessions`)."""
+    not opened here by exactly this request's keyed headers and query: `upstream.sessions`)."""
     reason = bypass_reason(server, message)
     if reason is not None and reason == message.doubt:
         return Bypass(reason, doubtful_writes(server, message, tool_rule(server, message)))

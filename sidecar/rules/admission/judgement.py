@@ -22,7 +22,7 @@ from ...config import Server
 from ..cache_status import NotStoredReason
 from ..invalidation.writes import write_happened
 from ..policy.plan import Bypass, Lookup
-from ..protocol.results import Verdict, cache_scope, complete_answer, judge_response
+from ..protocol.results import Verdict, cache_scope, judge_response, not_an_answer
 from ..reading.numbers import has_inexact_number
 from . import freshness
 from .capture import ResponseCapture
@@ -64,7 +64,7 @@ class Judgement(NamedTuple):
     leaves: bytes | None
     """The result as it leaves, when the operator's freshness rewrote its hint."""
     served: bool
-    """The call's own answer (`results.complete_answer`) to a request nothing overtook."""
+    """The call's own answer (`results.not_an_answer`) to a request nothing overtook."""
     teaches: bool
     """A listing whose result teaches the policy the server's tools."""
 
@@ -88,7 +88,7 @@ def judge(
     # announced while it was upstream, teaches nothing.
     current = verdict.reason not in ("id_reused", "invalidated")
     result = final.get("result") if final is not None else None
-    served = current and complete_answer(result)
+    served = current and not_an_answer(result) is None
     teaches = lookup.learner is not None and current and final is not None and "result" in final
     rewrite = final is not None and freshness.overrides(server, method, final)
     if rewrite and final is not None:

@@ -188,16 +188,13 @@ def opening_digest(server: Server, headers: Mapping[str, str], query: str) -> st
     request with none. Headers a `Connection` header names never reach the upstream and
     are left out of the key, so they are left out here too: a request hiding the one
     its session's opener sent differs from that opener."""
-    hidden = frozenset(connection_named([("connection", headers.get("connection", ""))]))
-    keyed = keyed_headers(server, headers, hidden)
-    held = sorted(
-        f"{name}:{headers[name]}"
-        for name in keyed
-        if name in headers and name not in (SESSION_HEADER, PROTOCOL_HEADER)
-    )
+    hidden = frozenset(connection_named(headers.items()))
+    who = identity(headers, keyed_headers(server, headers, hidden))
+    who.pop(f"header:{SESSION_HEADER}", None)
+    who.pop("protocol", None)
     if query:
-        held.append(f"?{query}")
-    return header_digest("\n".join(held)) if held else ""
+        who["query"] = query
+    return caller_digest(who) if who else ""
 
 
 @functools.lru_cache(maxsize=64)

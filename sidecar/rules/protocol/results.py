@@ -38,17 +38,8 @@ def judge_response(response: Mapping[str, Any]) -> Verdict:
     if "error" in response or "result" not in response:
         return Verdict("error")
     result = response["result"]
-    if not isinstance(result, dict):
-        return Verdict("error")
-    if result.get("isError") is True:
-        return Verdict("tool_error")
-    result_type = result.get("resultType")
-    if result_type == "input_required":
-        return Verdict("input_required")
-    if result_type == "task" or "task" in result:
-        return Verdict("task")  # a handle to work still running: a repeat must run it
-    if result_type not in (None, "complete"):
-        return Verdict("incomplete")
+    if (unanswered := not_an_answer(result)) is not None:
+        return Verdict(unanswered)
     ttl_cap: float | None = None
     ttl_ms = result.get("ttlMs")
     if isinstance(ttl_ms, int | float) and not isinstance(ttl_ms, bool):
@@ -59,17 +50,25 @@ def judge_response(response: Mapping[str, Any]) -> Verdict:
     return Verdict(None, encoded, ttl_cap, layout.ttl_at, cache_scope(result), layout)
 
 
-def complete_answer(result: Any) -> bool:
-    """Whether a `result` is the call's own answer: not `isError`, not a request for
-    more input (`input_required`: a sign-in asked for, say), not a handle to a task, not
-    any other `resultType` but `complete`. Only such a result shows the upstream served
-    the caller (`cache.credentials`); anything else it gives to anyone it refuses."""
-    return (
-        isinstance(result, dict)
-        and result.get("isError") is not True
-        and result.get("resultType") in (None, "complete")
-        and "task" not in result
-    )
+def not_an_answer(result: Any) -> NotStoredReason | None:
+    """Why a `result` is not the call's own answer, or None when it is: not an object,
+    `isError`, a request for more input (`input_required`: a sign-in asked for, say), a
+    handle to a task (work still running: a repeat must run it), any other `resultType`
+    but `complete`. Only the call's own answer is stored, and only it shows that the
+    upstream served the caller (`cache.credentials`): the others it gives to anyone it
+    refuses as well."""
+    if not isinstance(result, dict):
+        return "error"
+    if result.get("isError") is True:
+        return "tool_error"
+    result_type = result.get("resultType")
+    if result_type == "input_required":
+        return "input_required"
+    if result_type == "task" or "task" in result:
+        return "task"
+    if result_type not in (None, "complete"):
+        return "incomplete"
+    return None
 
 
 def cache_scope(result: Mapping[str, Any]) -> CacheScope | None:

@@ -3,14 +3,15 @@ forwarder's and the least caching proxy's (`servers.least_cache_miss_app`), each
 in this process on uvloop as `trace_miss.py` calls it, the upstream the benchmarks' SDK
 server in a process of its own.
 
-A count, not a time: the same build gives the same figures (within a few bytecodes) on
-an idle machine or a loaded one, where the CPU figures of `in_process.py` and `ab.py`
-move by a fifth from run to run. It does not see work done in C (orjson, hashlib, the
-event loop, the socket calls), which is why it is read beside those figures, not in
-place of them. Counted with `sys.settrace` opcode events, grouped by where the code
-lives: the sidecar's own modules by package, each other library by its top-level name,
-the standard library, and `<generated>` for the functions dataclasses and named tuples
-make at import (their `__init__` and `__new__`).
+A count, not a time: on an idle machine the same build gives the same figures within a
+few bytecodes; under load they move by a few percent (a busy upstream's answer may
+arrive in more reads, each a pass through the client's code), where the CPU figures of
+`in_process.py` and `ab.py` move by a fifth from run to run. It does not see work done
+in C (orjson, hashlib, the event loop, the socket calls), which is why it is read beside
+those figures, not in place of them. Counted with `sys.settrace` opcode events, grouped
+by where the code lives: the sidecar's own modules by package, each other library by
+its top-level name, the standard library, and `<generated>` for the functions
+dataclasses and named tuples make at import (their `__init__` and `__new__`).
 
     python benchmarks/miss_ops.py [--calls 100] [--top 25]
 """

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from ..cache.credentials import AcceptedCredentials
+from ..cache.accepted import AcceptedContexts
 from ..cache.observations import Observations, answer_digest, scope_label
 from ..cache.store import ResponseCache
 from ..config import Server
@@ -67,8 +67,8 @@ class CacheableRequest:
     """The server's generation in the shared tier when it was looked up there (None: not
     looked up, or unknown): its answer is written there under it, or not at all."""
     unverified: bool = False
-    """It may meet an entry for every caller, but the upstream has not accepted its
-    credential lately: it goes upstream on its own (no stale answer, no flight to
+    """It may meet an entry for every caller, but the upstream has not answered its
+    authorization context lately: it goes upstream on its own (no stale answer, no flight to
     join; those who join its flight get its answer only once stored, so accepted)."""
 
     @property
@@ -87,8 +87,9 @@ class Storage:
     metrics: Metrics
     observations: Observations = field(default_factory=Observations)
     """What the upstream's answers showed over time (for `suggest` and revalidations)."""
-    credentials: AcceptedCredentials | None = None
-    """Credentials the upstream accepted lately (for entries for every caller)."""
+    accepted: AcceptedContexts | None = None
+    """Authorization contexts the upstream answered lately (for entries for every
+    caller)."""
 
 
 class Fetch:
@@ -286,10 +287,10 @@ class Fetch:
             held = listing_ttl(final["result"], cache.metadata_ttl, cache.ttl)
             storage.invalidator.hints.learn(server.name, final["result"], lookup.learner, held)
         if judgement.served and final is not None:
-            if lookup.credential and 200 <= self._status < 300:
-                assert storage.credentials is not None  # the upstream served this credential
+            if lookup.context and 200 <= self._status < 300:
+                assert storage.accepted is not None  # the upstream served this context
                 held = lookup.ttl + cache.keep_stale  # as long as an entry may answer
-                storage.credentials.accept(lookup.scope, lookup.credential, held)
+                storage.accepted.accept(lookup.scope, lookup.context, held)
             label, now = scope_label(lookup.scope), storage.cache.timer()
             # Bookkeeping no caller waits for: after the answer has gone out.
             asyncio.get_running_loop().call_soon(

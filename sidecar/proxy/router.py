@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 
 from starlette.types import ASGIApp
 
-from ..cache.credentials import AcceptedCredentials
+from ..cache.accepted import AcceptedContexts
 from ..cache.store import Entry, ResponseCache
 from ..config import Server, SidecarConfig
 from ..edge.errors import (
@@ -83,8 +83,8 @@ class Proxy:
         self.via = f"1.1 {self.via_token}"
         self.sessions = LegacySessions(cache)
         self.exchanges = Exchanges(client, metrics, self.sessions, invalidator.notice)
-        self.credentials = AcceptedCredentials(cache.timer)
-        self.storage = Storage(cache, tier, invalidator, metrics, credentials=self.credentials)
+        self.accepted = AcceptedContexts(cache.timer)
+        self.storage = Storage(cache, tier, invalidator, metrics, accepted=self.accepted)
         self.coalescer = Coalescer()
         self.hits = Hits(
             metrics, self.hints, self.coalescer, self.exchanges, self.storage, self.via
@@ -122,8 +122,8 @@ class Proxy:
             if message.is_request or message.doubt is not None:
                 self.metrics.count_bypass(server.name, method, decision.reason)
             return await self._pass(incoming, server, decision, message, raw)
-        # An entry for every caller answers only a credential the upstream accepted.
-        verified = self.credentials.accepted(decision.scope, decision.credential)
+        # An entry for every caller answers only a context the upstream answered.
+        verified = self.accepted.accepted(decision.scope, decision.context)
         unverified = decision.scope.public and not verified
         entry = None if unverified else self.cache.get_fresh(decision.key)
         if entry is None and decision.named_key:  # a call filled from defaults

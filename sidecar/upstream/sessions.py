@@ -15,12 +15,14 @@ sidecar keeps, for each session it saw opened, a digest of every keyed header it
 `initialize` carried but the session and the version, and of its query string
 (`key.callers.opening_digest`; the last `OPENED_SESSIONS_KEPT` sessions), and a request
 is keyed without its session only when it is in a session opened here by exactly the
-same. Any other request in a session keeps its entries apart by session, as on a
-`sessionScoped` server: one whose headers or query differ from its session's opening
-(no credential, a cookie every user shares, no `X-User` where the opening sent one),
-and one in a session not known here (opened through another replica or before a
-restart, made up, or forgotten among many): that costs hits, never another caller's
-answer.
+same. The opener is the `initialize` that created the session: one that carried no
+session id (an `initialize` sent inside an existing session, which some transports let
+through, opens nothing and rebinds nothing). Any other request in a session keeps its
+entries apart by session, as on a `sessionScoped` server: one whose headers or query
+differ from its session's opening (no credential, a cookie every user shares, no
+`X-User` where the opening sent one), and one in a session not known here (opened
+through another replica or before a restart, made up, or forgotten among many): that
+costs hits, never another caller's answer.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ ENDED_SESSIONS_KEPT: Final = 4096
 """How many ended legacy sessions are remembered."""
 OPENED_SESSIONS_KEPT: Final = 16384
 """How many sessions opened here are remembered, with their opening's credentials."""
+
+
+CONTESTED: Final = "contested"
+"""The opener of a session two openers were answered with: no opener digest (a hex
+digest or "") equals it, so every request in it keeps its entries by session."""
 
 
 class LegacySessions:
@@ -76,9 +83,12 @@ class LegacySessions:
             self._cache.purge_session(scope)
 
     def opened(self, server: Server, session: str, opener: str) -> None:
-        """An `initialize` whose opener digest (`key.callers.opening_digest`) is
-        `opener` opened this session."""
-        self._opened[server.name, session] = opener
+        """An `initialize` that carried no session id, whose opener digest
+        (`key.callers.opening_digest`) is `opener`, was answered with this new session.
+        Nothing rebinds a session: a second opener of the same id (an upstream that
+        hands one id out twice) leaves it opened by nobody."""
+        known = self._opened.get((server.name, session))
+        self._opened[server.name, session] = opener if known in (None, opener) else CONTESTED
 
     def bound(self, server: Server, headers: Mapping[str, str], query: str) -> bool:
         """Whether this request's session is key material for it: it is in a session

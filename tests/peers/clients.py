@@ -155,10 +155,11 @@ async def introduce(
     arguments: dict[str, Any] | None = None,
     uri: str | None = None,
 ) -> None:
-    """One call of `tool` (or one read of `uri`) the upstream answers with a result for
-    `credential`: from then on the sidecar answers that credential from entries for
-    every caller of that tool (or method). It answers them only to credentials the
-    upstream accepted lately for the same tool."""
+    """One raw call of `tool` (or one read of `uri`) the upstream answers with a result
+    for `credential`: from then on the sidecar answers that authorization context (these
+    headers, no query string, no session) from entries for every caller of that tool (or
+    method). It answers them only to contexts the upstream answered lately for the same
+    tool."""
     if tool is not None:
         body = call_body("introduce", tool, arguments or {})
         response = await post(url, body, call_headers(tool, authorization=credential))

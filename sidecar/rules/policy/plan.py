@@ -26,7 +26,6 @@ from ..key.callers import (
     Caller,
     RequestRefused,
     caller_of,
-    credential_digest,
     unambiguous_caller,
 )
 from ..learned_tools import LearnedTools
@@ -75,10 +74,10 @@ class Lookup(NamedTuple):
     the caller's own `key` misses ("" otherwise)."""
     learner: str | None = None
     """As `Bypass.learner`: for a `tools/list` whose answer teaches the policy."""
-    credential: str = ""
-    """For a lookup that may meet an entry for every caller: the digest of the caller's
-    credentials ("" for none), which the upstream must have accepted lately before such
-    an entry answers it (`cache.credentials`)."""
+    context: str = ""
+    """On a server that may have entries for every caller: the request's authorization
+    context (`context_of`), which the upstream must have answered lately before such an
+    entry answers it (`cache.accepted`); "" elsewhere."""
     named_key: str = ""
     """For a call filled from schema defaults: the key of the call that names those
     values, looked up (in memory) when `key` misses, never stored under: the answer to
@@ -183,13 +182,15 @@ def plan(
         # made it a `tool_rule` bypass.)
         return Bypass("too_deep")
     ttl, scope = kept(server, message, call, keyed)
-    learner = learner_of(caller, query) if learns_tools(server, message) else None
-    # Where entries for every caller may be, the upstream's acceptance is recorded.
-    shares = server.cache.shares_entries
-    credential = credential_digest(server, headers) if shares else ""
+    # Worked out only where it is read: by a listing that teaches, and where entries
+    # for every caller may be (the contexts the upstream answered count there).
+    learns, shares = learns_tools(server, message), server.cache.shares_entries
+    context = context_of(caller, query) if learns or shares else ""
+    learner = context if learns else None
+    accepting = context if shares else ""
     session = entry_session(server, headers, keyed.keyed)
     return Lookup(
-        keyed.key, ttl, scope, session, keyed.keyed, keyed.public_key, learner, credential,
+        keyed.key, ttl, scope, session, keyed.keyed, keyed.public_key, learner, accepting,
         keyed.named_key,
     )  # fmt: skip
 
@@ -218,7 +219,7 @@ def _tool_call(
         caller = unambiguous_caller(server, headers, raw_headers, bound_session)
         if caller is not None:
             call = call._replace(caller=caller)
-            defaults = hints.defaults(server.name, learner_of(caller, query), tool)
+            defaults = hints.defaults(server.name, context_of(caller, query), tool)
     if reason is not None:
         return reason, call
     if (rule is not None or defaults or cache.tools) and doubtful(
@@ -251,14 +252,19 @@ def _bypass(
     if learns_tools(server, message):
         listener = unambiguous_caller(server, headers, raw_headers, bound_session)
     return Bypass(
-        reason, invalidates, learner_of(listener, query) if listener is not None else None
+        reason, invalidates, context_of(listener, query) if listener is not None else None
     )
 
 
-def learner_of(caller: Caller, query: str) -> str:
-    """Whom a listing teaches, and whose calls it fills: the caller as the key sees them
-    (`Caller.digest`) on this query string, which the upstream sees too and may answer
-    each user by (`/mcp?user=…`): one caller's defaults never fill another's calls."""
+def context_of(caller: Caller, query: str) -> str:
+    """The request's authorization context as one digest (the reading rule in
+    `docs/operations/security.md`): the caller as the key sees them (`Caller.digest`:
+    every keyed header as sent, the version, the session where it can carry identity,
+    being in a session at all) on this query string, which the upstream sees too and may
+    answer each user by (`/mcp?user=…`). (The app id is this sidecar's, the same for
+    every request it reads.) A listing teaches, and its defaults fill the calls of,
+    this context alone; an entry for every caller answers only contexts the upstream
+    answered."""
     if not query:
         return caller.digest
     return caller_digest({**caller.who, "query": query})

@@ -55,7 +55,7 @@ def not_an_answer(result: Any) -> NotStoredReason | None:
     `isError`, a request for more input (`input_required`: a sign-in asked for, say), a
     handle to a task (work still running: a repeat must run it), any other `resultType`
     but `complete`. Only the call's own answer is stored, and only it shows that the
-    upstream served the caller (`cache.credentials`): the others it gives to anyone it
+    upstream served the caller (`cache.accepted`): the others it gives to anyone it
     refuses as well."""
     if not isinstance(result, dict):
         return "error"

@@ -1,7 +1,7 @@
-"""Who an entry for every caller answers: an empty or scheme-only credential is no
-credential, and an entry fetched with one answers only credentials the upstream itself
-accepted lately; any other goes upstream first, and is refused there if the upstream
-refuses it."""
+"""Who an entry for every caller answers: only authorization contexts the upstream
+itself answered lately (an empty or scheme-only credential, and none, are contexts like
+any other); any other goes upstream first, and is refused there if the upstream refuses
+it."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def test_a_credential_is_a_non_blank_value_and_not_a_scheme_alone(
 
 
 @pytest.mark.parametrize("blank", ["", "Bearer", "bearer", "Basic"])
-async def test_an_empty_or_scheme_only_credential_is_anonymous_to_an_entry_for_every_caller(
+async def test_an_empty_or_scheme_only_credential_is_a_context_of_its_own(
     make_sidecar, open_upstream, blank: str
 ) -> None:
     peer, app = open_upstream
@@ -106,16 +106,22 @@ async def test_an_empty_or_scheme_only_credential_is_anonymous_to_an_entry_for_e
     anonymous = await _call(sidecar, q, None)
     assert anonymous.headers["cache-status"] == "mcpcache; fwd=miss; stored"
     calls = peer.calls
-    hit = await _call(sidecar, q, blank, 2)
+    # The upstream sees another request (it may refuse `Bearer` alone and serve no
+    # header at all): it answers this context itself before an entry for every caller
+    # does.
+    first = await _call(sidecar, q, blank, 2)
+    assert first.headers["cache-status"] == "mcpcache; fwd=miss; stored"
+    assert peer.received[-1].headers.get("authorization") == blank
+    hit = await _call(sidecar, q, blank, 3)
     assert hit.headers["cache-status"] == "mcpcache; hit; detail=public"
-    assert peer.calls == calls
+    assert peer.calls == calls + 1
     # The reverse: what an anonymous caller's answer is filed under never answers a
     # real credential, nor does an answer fetched with one reach the anonymous.
-    token = await _call(sidecar, q, "Bearer alice-token", 3)
+    token = await _call(sidecar, q, "Bearer alice-token", 4)
     assert token.headers["cache-status"] == "mcpcache; fwd=miss; stored"
     other = unique()
-    await _call(sidecar, other, "Bearer alice-token", 4)
-    blank_after = await _call(sidecar, other, blank, 5)
+    await _call(sidecar, other, "Bearer alice-token", 5)
+    blank_after = await _call(sidecar, other, blank, 6)
     assert blank_after.headers["cache-status"] == "mcpcache; fwd=miss; stored"
 
 

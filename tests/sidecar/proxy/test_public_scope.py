@@ -77,7 +77,7 @@ async def test_a_public_tool_is_shared_by_two_end_users_while_a_private_one_is_n
         mcp_client(sidecar.url("docs"), headers=ALICE) as alice,
         mcp_client(sidecar.url("docs"), headers=BOB) as bob,
     ):
-        await introduce(sidecar.url("docs"), "Bearer bob", "search", {"q": unique()})
+        await bob.call_tool("search", {"q": unique()})  # Bob's context, answered upstream
         searches, reads = peer.calls["search"], peer.calls["get_doc"]
         shared = [text_of(await c.call_tool("search", {"q": q})) for c in (alice, bob)]
         own = [text_of(await c.call_tool("get_doc", {"name": doc})) for c in (alice, bob)]

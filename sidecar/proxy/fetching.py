@@ -66,10 +66,10 @@ class CacheableRequest:
     generation: bytes | None = None
     """The server's generation in the shared tier when it was looked up there (None: not
     looked up, or unknown): its answer is written there under it, or not at all."""
-    unverified: bool = False
-    """It may meet an entry for every caller, but the upstream has not answered its
-    authorization context lately: it goes upstream on its own (no stale answer, no flight to
-    join; those who join its flight get its answer only once stored, so accepted)."""
+    verified: bool = True
+    """The upstream answered its authorization context lately (`cache.accepted`); where
+    it may meet an entry for every caller and is not, it goes upstream on its own
+    (`rules.lookup`)."""
 
     @property
     def session(self) -> str | None:

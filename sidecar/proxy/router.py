@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from starlette.types import ASGIApp
 
@@ -39,8 +39,21 @@ from ..edge.incoming import Incoming
 from ..edge.origin import OriginPolicy
 from ..metrics import Metrics
 from ..rules import cache_status
-from ..rules.admission import freshness
 from ..rules.key.callers import extra_keyed_headers
+from ..rules.lookup import (
+    Follow,
+    Hit,
+    Lead,
+    Outcome,
+    ReadTier,
+    Refresh,
+    Stale,
+    StepAside,
+    Tiered,
+    TierState,
+    choose,
+    on_failure,
+)
 from ..rules.policy.plan import Bypass, Lookup, plan, public_side
 from ..rules.protocol.messages import Message, method_label
 from ..tiers.redis_tier import RedisTier, TierRead
@@ -86,6 +99,7 @@ class Proxy:
         self.accepted = AcceptedContexts(cache.timer)
         self.storage = Storage(cache, tier, invalidator, metrics, accepted=self.accepted)
         self.coalescer = Coalescer()
+        self.reading = MemoryReading(cache, self.coalescer)
         self.hits = Hits(
             metrics, self.hints, self.coalescer, self.exchanges, self.storage, self.via
         )
@@ -115,59 +129,58 @@ class Proxy:
             config.app_id,
             self.hints,
             incoming.query,
-            self.exchanges.sessions.bound(server, incoming.headers, incoming.query),
+            self.sessions.bound(server, incoming.headers, incoming.query),
         )
         method = method_label(message.method)
-        if isinstance(decision, Bypass):
-            if message.is_request or message.doubt is not None:
-                self.metrics.count_bypass(server.name, method, decision.reason)
-            return await self._pass(incoming, server, decision, message, raw)
-        # An entry for every caller answers only a context the upstream answered.
-        verified = self.accepted.accepted(decision.scope, decision.context)
-        unverified = decision.scope.public and not verified
-        entry = None if unverified else self.cache.get_fresh(decision.key)
-        if entry is None and decision.named_key:  # a call filled from defaults
-            entry = self.cache.get_fresh(decision.named_key)
-        if entry is None and decision.public_key and verified:  # trustPublicHints
-            entry = self.cache.get_fresh(decision.public_key)
-        doubted, epoch = None, self.invalidator.epoch(server.name)
-        if entry is not None and self.tier is not None and not self.tier.listening:
-            # Removals by other replicas may have been missed: Redis answers instead
-            # where it can (tiers.broadcast).
-            doubted, entry = entry, None
-            if decision.session and self.tier.out_of_reach:
-                entry = doubted
-        if entry is not None:
-            return self.hits.answer(
-                incoming, server, message, decision, method, config.app_id, entry
-            )
+        verified = isinstance(decision, Lookup) and self.accepted.accepted(
+            decision.scope, decision.context
+        )
+        outcome = choose(decision, verified, self.reading, server, self.cache.timer(), self._tier)
         generation = None
-        if self.tier is not None and not decision.session:
-            # Answers given inside a legacy session end with it: they stay in memory.
-            entry, found = await self._tier_lookup(self.tier, config.app_id, server, decision)
-            generation = found.generation
-            unreached = found.out_of_reach and self.invalidator.epoch(server.name) == epoch
-            if doubted is not None and entry is None and unreached:  # the breaker open
-                app_id = config.app_id
-                return self.hits.answer(
-                    incoming, server, message, decision, method, app_id, doubted
-                )
-            if unverified:  # looked up for its generation, to write its answer under
-                entry = None
-            if entry is None and decision.public_key and verified:
-                public = public_side(decision)
-                entry = (await self._tier_lookup(self.tier, config.app_id, server, public))[0]
-            if entry is not None:
-                self.metrics.count(server.name, method, "hit")
-                self.metrics.saved(server.name, entry.fetch_seconds)
-                return HitResponse.of(entry, message.id, self.cache.timer(), from_tier=True)
+        if isinstance(outcome, ReadTier):
+            assert isinstance(decision, Lookup)
+            tiered, generation = await self._read_tier(config.app_id, server, decision, outcome)
+            now = self.cache.timer()
+            outcome = choose(decision, verified, self.reading, server, now, self._tier, tiered)
+        if isinstance(outcome, StepAside):
+            if message.is_request or message.doubt is not None:
+                self.metrics.count_bypass(server.name, method, outcome.plan.reason)
+            return await self._pass(incoming, server, outcome.plan, message, raw)
+        assert isinstance(decision, Lookup)
+        if isinstance(outcome, Hit):
+            if not outcome.from_tier:
+                app_id, entry = config.app_id, outcome.entry
+                return self.hits.answer(incoming, server, message, decision, method, app_id, entry)
+            self.metrics.count(server.name, method, "hit")
+            self.metrics.saved(server.name, outcome.entry.fetch_seconds)
+            now = self.cache.timer()
+            return HitResponse.of(outcome.entry, message.id, now, from_tier=True)
         extra = extra_keyed_headers(server, decision.keyed)
         if extra:
             self.metrics.count_keyed_headers(server.name, extra)
         request = CacheableRequest(
-            incoming, server, message, raw, decision, method, config.app_id, generation, unverified
+            incoming, server, message, raw, decision, method, config.app_id, generation, verified
         )
-        return await self._miss(request)
+        return await self._miss(request, outcome)
+
+    @property
+    def _tier(self) -> TierState | None:
+        tier = self.tier
+        return None if tier is None else TierState(tier.listening, tier.out_of_reach)
+
+    async def _read_tier(
+        self, app_id: str, server: Server, lookup: Lookup, read: ReadTier
+    ) -> tuple[Tiered, bytes | None]:
+        """What the shared tier holds for `lookup` (as `choose` asked), and the server's
+        generation there as it was read."""
+        assert self.tier is not None
+        epoch = self.invalidator.epoch(server.name)
+        own, found = await self._tier_lookup(self.tier, app_id, server, lookup)
+        unreached = found.out_of_reach and self.invalidator.epoch(server.name) == epoch
+        public = None
+        if read.public_side and own is None:
+            public = (await self._tier_lookup(self.tier, app_id, server, public_side(lookup)))[0]
+        return Tiered(own, public, unreached, read.doubted), found.generation
 
     async def _tier_lookup(
         self, tier: RedisTier, app_id: str, server: Server, plan: Lookup
@@ -227,34 +240,28 @@ class Proxy:
             )
         return server
 
-    async def _miss(self, request: CacheableRequest) -> ASGIApp:
-        """A cacheable request the cache cannot answer fresh: answer from a stale entry
-        while it is fetched again, wait for an identical request already upstream, or
-        go upstream."""
+    async def _miss(self, request: CacheableRequest, outcome: Outcome) -> ASGIApp:
+        """A cacheable request no fresh entry answers, as `choose` said: from a stale
+        entry while it is fetched again, after an identical request already upstream,
+        or upstream."""
         key, server = request.lookup.key, request.server
-        if request.unverified:  # its own way up; a verified caller may wait on it
-            return await self._lead(request, joinable=not self.coalescer.running(key))
-        now = self.cache.timer()
-        stale = self._stale(key)
-        if stale is not None and freshness.stale_while_revalidating(server, stale.expires_at, now):
-            if not self.coalescer.running(key):
-                self.coalescer.start(
-                    key,
-                    self._fetch(request),
-                    leader=False,
-                    joinable=True,
-                    keep_going=True,
-                    session=request.session,
+        if isinstance(outcome, Refresh):
+            if outcome.start:
+                fetch = self._fetcher(request).run
+                session = request.session
+                coalescer = self.coalescer
+                coalescer.start(
+                    key, fetch, leader=False, joinable=True, keep_going=True, session=session
                 )
             self.metrics.count(server.name, request.method, "stale")
-            return HitResponse.stale(
-                stale, request.message.id, now, cache_status.STALE_WHILE_REVALIDATE
-            )
-        flight = self.coalescer.joinable(key)
-        if flight is not None:
+            status, now = cache_status.STALE_WHILE_REVALIDATE, self.cache.timer()
+            return HitResponse.stale(outcome.entry, request.message.id, now, status)
+        if isinstance(outcome, Follow):
+            flight = self.coalescer.joinable(key)
+            assert flight is not None  # nothing ran since `choose` saw it
             return await self._follow(request, flight)
-        # A flight with no room left keeps its followers; this request goes on its own.
-        return await self._lead(request, joinable=not self.coalescer.running(key))
+        assert isinstance(outcome, Lead)
+        return await self._lead(request, joinable=outcome.joinable)
 
     async def _lead(self, request: CacheableRequest, joinable: bool) -> ASGIApp:
         """Go upstream in a flight of this request's own, reading its bytes as they come:
@@ -270,13 +277,14 @@ class Proxy:
             flight.detach_leader()
             raise
         if head.failure is not None or head.status >= 500:
-            stale = self._stale_on_error(request)
+            stale = self._on_failure(request)
             if stale is not None or head.failure is not None:
                 flight.detach_leader()
             if stale is not None:
                 self.metrics.count(server.name, method, "stale")
                 status = cache_status.stale_if_error(head.status or None)
-                return HitResponse.stale(stale, request.message.id, self.cache.timer(), status)
+                now = self.cache.timer()
+                return HitResponse.stale(stale.entry, request.message.id, now, status)
             if head.failure is not None:
                 self.metrics.count(server.name, method, "miss")
                 raise failure_error(server, head.failure, request.message.id)
@@ -309,11 +317,11 @@ class Proxy:
                 request_id, outcome.payload, outcome.event_stream, status, outcome.member
             )
         if outcome.kind == "failed":
-            stale = self._stale_on_error(request)
+            stale = self._on_failure(request)
             if stale is not None:
                 self.metrics.count(server.name, method, "stale")
                 status = cache_status.stale_if_error(outcome.upstream_status)
-                return HitResponse.stale(stale, request_id, self.cache.timer(), status)
+                return HitResponse.stale(stale.entry, request_id, self.cache.timer(), status)
             if outcome.failure is not None and not elsewhere:
                 self.metrics.count(server.name, method, "collapsed")
                 raise failure_error(server, outcome.failure, request_id)
@@ -331,28 +339,24 @@ class Proxy:
             self.exchanges, self.invalidator, self.via, incoming, server, plan, message, raw
         )
 
-    def _fetch(self, request: CacheableRequest) -> Callable[[Flight], Awaitable[None]]:
-        """The flight's task for `request`: its own fetch, with its own credentials."""
-        return self._fetcher(request).run
-
     def _fetcher(self, request: CacheableRequest) -> Fetch:
         """`request`'s own fetch, with its own credentials."""
         return Fetch(self.exchanges, self.storage, request, self.via)
 
-    def _stale_on_error(self, request: CacheableRequest) -> Entry | None:
-        if request.unverified:  # an entry for every caller: not for an unchecked caller
-            return None
-        entry = self._stale(request.lookup.key)
-        if entry is None:
-            return None
-        if not freshness.stale_on_error(request.server, entry.expires_at, self.cache.timer()):
-            return None
-        return entry
+    def _on_failure(self, request: CacheableRequest) -> Stale | None:
+        """The stale entry that answers `request` now that its upstream call failed."""
+        lookup, now = request.lookup, self.cache.timer()
+        return on_failure(lookup, request.verified, self.reading, request.server, now, self._tier)
 
-    def _stale(self, key: str) -> Entry | None:
-        """The expired entry kept for `key`, unless removals by other replicas may have
-        been missed and Redis can be asked instead (tiers.broadcast): Redis keeps no
-        expired entries, so the answer then comes from upstream."""
-        if self.tier is not None and not self.tier.memory_trusted:
-            return None
-        return self.cache.get_stale(key)
+
+class MemoryReading:
+    """This sidecar's memory and flights, as `rules.lookup.choose` reads them."""
+
+    def __init__(self, cache: ResponseCache, coalescer: Coalescer) -> None:
+        self.fresh = cache.get_fresh
+        self.stale = cache.get_stale
+        self.running = coalescer.running
+        self._coalescer = coalescer
+
+    def has_room(self, key: str) -> bool:
+        return self._coalescer.joinable(key) is not None

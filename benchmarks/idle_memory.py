@@ -1,7 +1,8 @@
 """What an idle sidecar holds in memory, the cost every agent pod pays: the resident set
 of a sidecar with one server, no shared tier and no traffic, beside the floor of its
 server stack (uvicorn with uvloop and httptools, serving a minimal ASGI app), and each
-library's share as the sidecar's modules load them, in order.
+library's share as the sidecar's modules load them, in order, then what a configured
+shared tier or tracing would add (neither is imported otherwise).
 
     python benchmarks/idle_memory.py
 """
@@ -63,9 +64,11 @@ LIBRARIES = [
     "starlette.applications",
     "fastapi",
     "aiohttp",
-    "redis.asyncio",
     "mcpcache.sidecar.app.assembly",
 ]
+CONFIGURED = ["redis.asyncio", "opentelemetry.sdk.trace"]
+"""Loaded only when the feature is configured (a shared tier, tracing): measured after
+the rest, never part of the idle sidecar above."""
 
 
 def memory_mib(pid: int) -> dict[str, float]:
@@ -101,7 +104,10 @@ def sidecar_mib() -> dict[str, float]:
 
 def shares() -> list[tuple[str, float]]:
     out = subprocess.run(
-        [sys.executable, "-c", SHARES, *LIBRARIES], capture_output=True, text=True, check=True
+        [sys.executable, "-c", SHARES, *LIBRARIES, *CONFIGURED],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return [(name, mib) for name, mib in json.loads(out.stdout)]
 
@@ -113,7 +119,8 @@ def main() -> int:
         print(f"  {name:16s} {row['rss']:9.1f} {row['anonymous']:10.1f} {row['pss']:13.1f}")
     print("each import's share, in load order (MiB):")
     for name, mib in shares():
-        print(f"  {name:34s} {mib:6.1f}")
+        when = "  (only when configured)" if name in CONFIGURED else ""
+        print(f"  {name:34s} {mib:6.1f}{when}")
     return 0
 
 

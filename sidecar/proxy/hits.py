@@ -1,4 +1,5 @@
-"""A hit: a request answered from a fresh entry in memory.
+"""A hit: a request answered from a fresh entry in memory (or, copied from there, in
+the shared tier).
 
 Counted (and what it saved the upstream), learned from when it is a listing the policy
 learns from, and, for the server's `revalidateSample` of hits, fetched again in the
@@ -84,3 +85,10 @@ class Hits:
                 plan.key, recheck.run, leader=False, joinable=True, keep_going=True
             )
         return HitResponse.of(entry, message.id, self.cache.timer())
+
+    def from_tier(self, server: Server, message: Message, method: str, entry: Entry) -> HitResponse:
+        """A fresh entry the shared tier held (now copied into memory) answers: counted,
+        with what it saved the upstream."""
+        self.metrics.count(server.name, method, "hit")
+        self.metrics.saved(server.name, entry.fetch_seconds)
+        return HitResponse.of(entry, message.id, self.cache.timer(), from_tier=True)

@@ -160,26 +160,24 @@ def test_memory_answers_only_what_the_rule_lets_it(world: World, tier: TierState
         )
 
 
-ENTRY = st.sampled_from(["none", "own", "public"])
-
-
-@given(worlds(), TIERS, ENTRY, ENTRY, st.booleans())
+@given(worlds(), TIERS, st.booleans(), st.booleans(), st.booleans())
 def test_what_the_tier_held_answers_only_what_the_rule_lets_it(
-    world: World, tier: TierState | None, own: str, public: str, unreached: bool
+    world: World, tier: TierState | None, own: bool, public: bool, unreached: bool
 ) -> None:
     lookup, cache = world.lookup, world.cache
     first = choose(lookup, world.verified, world, world.server, world.clock.now, tier)
     if not isinstance(first, ReadTier):
         return
 
-    def copy(source: str) -> Entry | None:
-        if source == "none":
+    def copy(source: str, held: bool) -> Entry | None:
+        if not held:
             return None
         entry = cache.make_entry(b'{"content":[]}', False, TTL)
         world.sources[id(entry)] = source
         return entry
 
-    held = Tiered(copy(own), copy(public) if first.public_side else None, unreached, first.doubted)
+    public_held = copy("public", public) if first.public_side else None
+    held = Tiered(copy("own", own), public_held, unreached, first.doubted)
     outcome = choose(lookup, world.verified, world, world.server, world.clock.now, tier, held)
     assert not isinstance(outcome, ReadTier | StepAside)
     if isinstance(outcome, Hit):

@@ -54,6 +54,13 @@ class OperatorSettings(BaseModel):
     sidecar_shared_cache_secret: str | None = None
     """A Secret of this name in the pod's namespace holds `password` (and optionally
     `username`) for Redis."""
+    sidecar_run_as_user: int | None = Field(default=65532, ge=1)
+    """The injected sidecar's user and group id (the image's user); None: left to the
+    platform, as OpenShift's restricted-v2 assigns one per namespace. The chart's
+    `securityContext.runAsUser`; `MCPCACHE_SIDECAR_RUN_AS_USER=null` says None."""
+    injection_image_pull_secrets: tuple[str, ...] = ()
+    """Secrets added to every injected pod's imagePullSecrets, beside its own, so that
+    the sidecar's image can come from a private registry (`injection.imagePullSecrets`)."""
     sidecar_tracing_enabled: bool = False
     """Whether injected sidecars send spans; a pod may say otherwise (`pod_annotations`)."""
     sidecar_tracing_endpoint: str | None = None
@@ -103,6 +110,11 @@ class OperatorSettings(BaseModel):
             raise ValueError("sidecar.sharedCache.sentinel needs the primary's name (master)")
         return self
 
+    @field_validator("sidecar_run_as_user", mode="before")
+    @classmethod
+    def _platform_user(cls, value: object) -> object:
+        return None if value in ("null", "none") else value
+
     @field_validator("sidecar_tracing_endpoint")
     @classmethod
     def _collector_url(cls, value: str | None) -> str | None:
@@ -141,6 +153,7 @@ class OperatorSettings(BaseModel):
             ("MCPCACHE_SIDECAR_SHARED_CACHE_NAMESPACES", "sidecar_shared_cache_namespaces"),
             ("MCPCACHE_SIDECAR_SHARED_CACHE_CLUSTER_NODES", "sidecar_shared_cache_cluster_nodes"),
             ("MCPCACHE_SIDECAR_SHARED_CACHE_SENTINEL_NODES", "sidecar_shared_cache_sentinel_nodes"),
+            ("MCPCACHE_INJECTION_IMAGE_PULL_SECRETS", "injection_image_pull_secrets"),
         ):
             if listed := env.get(variable):
                 values[field] = tuple(n.strip() for n in listed.split(",") if n.strip())
@@ -160,6 +173,7 @@ ENVIRONMENT: Final = {
     "sidecar_shared_cache_timeout": "MCPCACHE_SIDECAR_SHARED_CACHE_TIMEOUT",
     "sidecar_shared_cache_secret": "MCPCACHE_SIDECAR_SHARED_CACHE_SECRET",
     "sidecar_shared_cache_sentinel_master": "MCPCACHE_SIDECAR_SHARED_CACHE_SENTINEL_MASTER",
+    "sidecar_run_as_user": "MCPCACHE_SIDECAR_RUN_AS_USER",
     "sidecar_tracing_enabled": "MCPCACHE_SIDECAR_TRACING_ENABLED",
     "sidecar_tracing_endpoint": "MCPCACHE_SIDECAR_TRACING_ENDPOINT",
     "sidecar_tracing_sample_ratio": "MCPCACHE_SIDECAR_TRACING_SAMPLE_RATIO",

@@ -11,6 +11,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from mcpcache.operator.injection import plan_injection
+from mcpcache.operator.settings import OperatorSettings
 from peers.operator import SIDECAR_IMAGE
 from peers.resources import new_namespace
 
@@ -280,3 +282,34 @@ def test_the_operator_exports_the_version_it_injects(core, namespace, operator) 
     created = create(core, namespace, pod("versioned"))
     version = created.metadata.annotations["mcpcache.io/version"]
     assert operator.sample("mcpcache_build_info", version=version) == 1
+
+
+def test_with_the_platforms_user_and_the_charts_pull_secrets_a_pod_is_still_restricted(
+    control_plane, core, operator
+) -> None:
+    """The chart's `securityContext.runAsUser: null` and `injection.imagePullSecrets`, as
+    the webhook would inject them: no uid anywhere in the pod (the platform assigns one,
+    as OpenShift's restricted-v2 does), and the pod's own pull secret kept beside the
+    chart's. The API server stores the pod as planned and Pod Security admits it."""
+    namespace = new_namespace(
+        control_plane, "uid", labels={"pod-security.kubernetes.io/enforce": "restricted"}
+    )
+    settings = OperatorSettings.from_environment(
+        {
+            "MCPCACHE_SIDECAR_IMAGE": SIDECAR_IMAGE,
+            "MCPCACHE_SIDECAR_RUN_AS_USER": "null",
+            "MCPCACHE_INJECTION_IMAGE_PULL_SECRETS": "mirror,agents-registry",
+        }
+    )
+    body = restricted_pod("platform-uid")
+    del body["spec"]["securityContext"]["runAsUser"]
+    body["spec"]["imagePullSecrets"] = [{"name": "agents-registry"}]
+    plan = plan_injection(body, settings)
+    assert plan is not None
+    body["spec"].update(plan)
+    created = create(core, namespace, body)
+    (sidecar,) = created.spec.init_containers
+    assert sidecar.security_context.run_as_user is None
+    assert sidecar.security_context.run_as_non_root is True
+    assert created.spec.security_context.run_as_user is None
+    assert [s.name for s in created.spec.image_pull_secrets] == ["agents-registry", "mirror"]

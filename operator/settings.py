@@ -82,6 +82,8 @@ class OperatorSettings(BaseModel):
     lease_retry_period: float = 2.0
     """The Lease that decides which replica reconciles (see `leader`); the chart puts it
     in the release's namespace."""
+    missed_scan_interval: float = Field(default=30.0, gt=0)
+    """Seconds between scans for pods that missed injection (`kube.pods`)."""
     identity: str = ""
     """This replica's name in the Lease (the pod's name); empty: host, pid and a nonce."""
 
@@ -187,6 +189,7 @@ ENVIRONMENT: Final = {
     "lease_duration": "MCPCACHE_LEASE_DURATION",
     "lease_renew_deadline": "MCPCACHE_LEASE_RENEW_DEADLINE",
     "lease_retry_period": "MCPCACHE_LEASE_RETRY_PERIOD",
+    "missed_scan_interval": "MCPCACHE_MISSED_SCAN_INTERVAL",
     "identity": "MCPCACHE_POD_NAME",
 }
 """The variable each single-valued setting is read from (the chart sets them)."""

@@ -498,6 +498,8 @@ DOCUMENTED_RIGHTS = {
     ("", "configmaps", "", "create"),
     ("", "events", "", "create"),
     ("", "events", "", "patch"),
+    # list pods (those labelled for injection: the ones that missed it)
+    ("", "pods", "", "list"),
 }
 
 
@@ -523,7 +525,8 @@ def test_the_operators_cluster_role_grants_exactly_what_the_security_page_lists(
         "get, list, watch, update and patch ConfigMaps named `mcpcache-servers`",
         "create events, and patch them",
         "get and update its Lease in the release namespace, and create it",
-        "Nothing else: no Secrets, no Pods, no deletes, no webhook configuration",
+        "list pods (those labelled for injection, to find the ones that missed it",
+        "Nothing else: no Secrets, no other right on Pods, no deletes, no webhook configuration",
     ):
         assert words in sentence
     documents = render(control_plane)

@@ -77,6 +77,7 @@ class OperatorProcess:
             "MCPCACHE_LEASE_DURATION": str(LEASE_DURATION),
             "MCPCACHE_LEASE_RENEW_DEADLINE": str(LEASE_DURATION * 0.75),
             "MCPCACHE_LEASE_RETRY_PERIOD": "0.5",
+            "MCPCACHE_MISSED_SCAN_INTERVAL": "1",
         }
         log = self.log_path.open("ab")
         cli = [sys.executable, "-m", "mcpcache.sidecar.cli", "operator"]

@@ -22,6 +22,7 @@ from .kube.api import KubeAPI, load_configuration
 from .kube.configmaps import watches
 from .kube.events import EventPoster
 from .kube.lease import LeaseElector, LeaseSettings
+from .kube.pods import MissedInjections
 from .metrics import OperatorMetrics
 from .reconcile import Reconciler
 from .scheduling import NamespaceQueue
@@ -127,6 +128,8 @@ async def run(settings: OperatorSettings, stop: asyncio.Event | None = None) -> 
     background.append(asyncio.create_task(listing.run()))
     listed = [w.listed for w in watching] + [listing.listed]
     background.append(asyncio.create_task(_when_listed(listed, state, queue)))
+    missed = MissedInjections(api, metrics, settings.namespaces, settings.missed_scan_interval)
+    background.append(asyncio.create_task(missed.run()))
     try:
         await kopf.operator(
             registry=registry,

@@ -76,7 +76,6 @@ NO_TOKEN_VOLUME: Final = "mcpcache-no-token"
 TOKEN_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 CONFIG_DIR: Final = "/etc/mcpcache"
 URL_ENV: Final = "MCPCACHE_URL"
-SIDECAR_UID: Final = 65532
 
 _APP_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,251}[A-Za-z0-9])?$")
 
@@ -235,8 +234,7 @@ def sidecar_container(
         "resources": choices.resources,
         "securityContext": {
             "runAsNonRoot": True,
-            "runAsUser": SIDECAR_UID,
-            "runAsGroup": SIDECAR_UID,
+            **_user(settings.sidecar_run_as_user),
             "readOnlyRootFilesystem": True,
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
@@ -249,9 +247,25 @@ def sidecar_container(
     }
 
 
+def _user(uid: int | None) -> dict[str, int]:
+    """The sidecar's user and group, or neither: a platform that assigns uids itself
+    (OpenShift's restricted-v2) refuses a container that names one outside its range,
+    and runAsNonRoot still holds it to a non-root user."""
+    return {} if uid is None else {"runAsUser": uid, "runAsGroup": uid}
+
+
+def _pull_secrets(spec: Mapping[str, Any], names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The pod's own imagePullSecrets, then the operator's that it lacks: the kubelet
+    tries each for every image of the pod, the sidecar's among them."""
+    own = [dict(s) for s in spec.get("imagePullSecrets") or []]
+    known = {s.get("name") for s in own}
+    return own + [{"name": name} for name in names if name not in known]
+
+
 def plan_injection(pod: Mapping[str, Any], settings: OperatorSettings) -> dict[str, Any] | None:
-    """The pod spec's new `initContainers`, `containers` and `volumes`, or None when the
-    sidecar is already there (re-admission never injects twice)."""
+    """The pod spec's new `initContainers`, `containers` and `volumes` (and
+    `imagePullSecrets` when the operator adds any), or None when the sidecar is already
+    there (re-admission never injects twice)."""
     spec = pod.get("spec") or {}
     init_containers = list(spec.get("initContainers") or [])
     if any(c.get("name") == SIDECAR_NAME for c in init_containers):
@@ -278,7 +292,7 @@ def plan_injection(pod: Mapping[str, Any], settings: OperatorSettings) -> dict[s
             env.append({"name": URL_ENV, "value": base_url})
         container["env"] = env
         containers.append(container)
-    return {
+    plan: dict[str, Any] = {
         "initContainers": [*init_containers, sidecar_container(app_id, settings, choices)],
         "containers": containers,
         "volumes": [
@@ -290,6 +304,9 @@ def plan_injection(pod: Mapping[str, Any], settings: OperatorSettings) -> dict[s
             {"name": NO_TOKEN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Ki"}},
         ],
     }
+    if settings.injection_image_pull_secrets:
+        plan["imagePullSecrets"] = _pull_secrets(spec, settings.injection_image_pull_secrets)
+    return plan
 
 
 def injected_annotations(plan: Mapping[str, Any]) -> dict[str, str]:

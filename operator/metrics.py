@@ -68,6 +68,12 @@ class OperatorMetrics:
             ["result"],
             registry=self.registry,
         )
+        self.missed_pods = Gauge(
+            "mcpcache_injection_missed_pods",
+            "Pods labelled mcpcache.io/inject=true that run without the sidecar (created "
+            "while the webhook did not answer), as this replica's last scan found them.",
+            registry=self.registry,
+        )
         self.build_info = Gauge(
             "mcpcache_build_info",
             "Always 1; the version label says which mcpcache this operator runs (and "
@@ -82,6 +88,7 @@ class OperatorMetrics:
             ("PATCH", "mcpservers"),
             ("GET", "mcpservers"),
             ("GET", "leases"),
+            ("GET", "pods"),
             ("PUT", "leases"),
         ):
             self.api_requests.labels(method, resource)

@@ -54,6 +54,13 @@ class OperatorSettings(BaseModel):
     sidecar_shared_cache_secret: str | None = None
     """A Secret of this name in the pod's namespace holds `password` (and optionally
     `username`) for Redis."""
+    sidecar_run_as_user: int | None = Field(default=65532, ge=1)
+    """The injected sidecar's user and group id (the image's user); None: left to the
+    platform, as OpenShift's restricted-v2 assigns one per namespace. The chart's
+    `securityContext.runAsUser`; `MCPCACHE_SIDECAR_RUN_AS_USER=null` says None."""
+    injection_image_pull_secrets: tuple[str, ...] = ()
+    """Secrets added to every injected pod's imagePullSecrets, beside its own, so that
+    the sidecar's image can come from a private registry (`injection.imagePullSecrets`)."""
     sidecar_tracing_enabled: bool = False
     """Whether injected sidecars send spans; a pod may say otherwise (`pod_annotations`)."""
     sidecar_tracing_endpoint: str | None = None
@@ -75,6 +82,8 @@ class OperatorSettings(BaseModel):
     lease_retry_period: float = 2.0
     """The Lease that decides which replica reconciles (see `leader`); the chart puts it
     in the release's namespace."""
+    missed_scan_interval: float = Field(default=30.0, gt=0)
+    """Seconds between scans for pods that missed injection (`kube.pods`)."""
     identity: str = ""
     """This replica's name in the Lease (the pod's name); empty: host, pid and a nonce."""
 
@@ -102,6 +111,11 @@ class OperatorSettings(BaseModel):
         ):
             raise ValueError("sidecar.sharedCache.sentinel needs the primary's name (master)")
         return self
+
+    @field_validator("sidecar_run_as_user", mode="before")
+    @classmethod
+    def _platform_user(cls, value: object) -> object:
+        return None if value in ("null", "none") else value
 
     @field_validator("sidecar_tracing_endpoint")
     @classmethod
@@ -141,6 +155,7 @@ class OperatorSettings(BaseModel):
             ("MCPCACHE_SIDECAR_SHARED_CACHE_NAMESPACES", "sidecar_shared_cache_namespaces"),
             ("MCPCACHE_SIDECAR_SHARED_CACHE_CLUSTER_NODES", "sidecar_shared_cache_cluster_nodes"),
             ("MCPCACHE_SIDECAR_SHARED_CACHE_SENTINEL_NODES", "sidecar_shared_cache_sentinel_nodes"),
+            ("MCPCACHE_INJECTION_IMAGE_PULL_SECRETS", "injection_image_pull_secrets"),
         ):
             if listed := env.get(variable):
                 values[field] = tuple(n.strip() for n in listed.split(",") if n.strip())
@@ -160,6 +175,7 @@ ENVIRONMENT: Final = {
     "sidecar_shared_cache_timeout": "MCPCACHE_SIDECAR_SHARED_CACHE_TIMEOUT",
     "sidecar_shared_cache_secret": "MCPCACHE_SIDECAR_SHARED_CACHE_SECRET",
     "sidecar_shared_cache_sentinel_master": "MCPCACHE_SIDECAR_SHARED_CACHE_SENTINEL_MASTER",
+    "sidecar_run_as_user": "MCPCACHE_SIDECAR_RUN_AS_USER",
     "sidecar_tracing_enabled": "MCPCACHE_SIDECAR_TRACING_ENABLED",
     "sidecar_tracing_endpoint": "MCPCACHE_SIDECAR_TRACING_ENDPOINT",
     "sidecar_tracing_sample_ratio": "MCPCACHE_SIDECAR_TRACING_SAMPLE_RATIO",
@@ -173,6 +189,7 @@ ENVIRONMENT: Final = {
     "lease_duration": "MCPCACHE_LEASE_DURATION",
     "lease_renew_deadline": "MCPCACHE_LEASE_RENEW_DEADLINE",
     "lease_retry_period": "MCPCACHE_LEASE_RETRY_PERIOD",
+    "missed_scan_interval": "MCPCACHE_MISSED_SCAN_INTERVAL",
     "identity": "MCPCACHE_POD_NAME",
 }
 """The variable each single-valued setting is read from (the chart sets them)."""

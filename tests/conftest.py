@@ -144,6 +144,7 @@ PEER_MARKERS = {
     "ts_server": "typescript",
     "otelcol_bin": "otelcol",
     "uncached_plane": "controlplane",
+    "upgrade_plane": "controlplane",
     "image_venv": "slow",
 }
 """Fixtures that start a slow or external peer (or install one), and the marker a test

@@ -180,7 +180,9 @@ def test_the_command_line_page_has_a_section_for_each_command() -> None:
     assert documented == set(choices.split(","))
 
 
-@pytest.mark.parametrize("command", ["sidecar", "check-config", "stats", "purge", "operator"])
+@pytest.mark.parametrize(
+    "command", ["sidecar", "check-config", "stats", "purge", "operator", "check"]
+)
 def test_the_command_line_page_lists_every_option_help_shows(command: str) -> None:
     text = help_text(command)
     options = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", text)) - {"--help"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from peers.paths import CHART
-from peers.site import DOCS, Build, build_site, copy_sources
+from peers.site import DOCS, Build, build_site, copy_sources, site_config
 
 ROOT_CONFIG = DOCS.parent / "mkdocs.yml"
 
@@ -48,13 +48,13 @@ def test_a_dead_link_or_anchor_fails_the_build(tmp_path: Path) -> None:
 
 
 def test_every_page_is_in_the_navigation_and_every_entry_is_a_page() -> None:
-    config = yaml.safe_load(ROOT_CONFIG.read_text())
+    config = site_config()
     pages = {str(path.relative_to(DOCS)) for path in DOCS.rglob("*.md")}
     assert nav_pages(config["nav"]) == pages
 
 
 def test_the_site_has_the_four_parts_a_reader_looks_for() -> None:
-    config = yaml.safe_load(ROOT_CONFIG.read_text())
+    config = site_config()
     parts = [next(iter(item)) for item in config["nav"]]
     assert parts == ["Home", "Guide", "Reference", "Operations", "Development"]
 
@@ -78,7 +78,7 @@ def test_the_readmes_links_resolve_to_files_of_the_repository() -> None:
 
 
 def test_every_alerts_runbook_url_is_a_page_of_the_built_site(built_site: Build) -> None:
-    site_url = yaml.safe_load(ROOT_CONFIG.read_text())["site_url"]
+    site_url = site_config()["site_url"]
     rules = yaml.safe_load((CHART / "files" / "mcpcache-alerts.yaml").read_text())
     alerts = [rule for group in rules["groups"] for rule in group["rules"] if "alert" in rule]
     assert alerts
@@ -86,3 +86,20 @@ def test_every_alerts_runbook_url_is_a_page_of_the_built_site(built_site: Build)
         url = rule["annotations"]["runbook_url"]
         assert url.startswith(site_url), url
         assert (built_site.site / url.removeprefix(site_url) / "index.html").is_file(), url
+
+
+def test_the_architecture_diagram_is_drawn_with_every_moving_part(built_site: Build) -> None:
+    """The mermaid fence reaches the page as a diagram for mermaid.js to draw, not as
+    code, and it names each part the operations pages speak of."""
+    html = (built_site.site / "development" / "architecture" / "index.html").read_text()
+    (diagram,) = re.findall(r'<pre class="mermaid"><code>(.*?)</code></pre>', html, re.DOTALL)
+    for part in (
+        "operator",
+        "injection webhook",
+        "mcpcache sidecar",
+        "upstream MCP server",
+        "Redis",
+        "Prometheus",
+        "OpenTelemetry Collector",
+    ):
+        assert part in diagram, part

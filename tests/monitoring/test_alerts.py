@@ -11,6 +11,7 @@ import yaml
 from peers.controlplane import ControlPlane
 from peers.paths import CHART, ROOT
 from peers.prometheus import promtool
+from peers.site import site_config
 
 RULES = CHART / "files" / "mcpcache-alerts.yaml"
 RULE_TESTS = Path(__file__).with_name("alerts_test.yaml")
@@ -69,7 +70,7 @@ def test_every_alert_says_what_where_and_has_a_runbook(rule: dict) -> None:
 
 def runbook_url(alert: str) -> str:
     """Where the site publishes the alert's runbook page (docs/operations/runbooks/)."""
-    site = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["site_url"]
+    site = site_config()["site_url"]
     return f"{site}operations/runbooks/{alert}/"
 
 

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from peers.operator import SIDECAR_IMAGE
+from peers.operator import SIDECAR_IMAGE, OperatorProcess
 from peers.resources import new_namespace
+from peers.serving import wait_until
 
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -280,3 +282,53 @@ def test_the_operator_exports_the_version_it_injects(core, namespace, operator) 
     created = create(core, namespace, pod("versioned"))
     version = created.metadata.annotations["mcpcache.io/version"]
     assert operator.sample("mcpcache_build_info", version=version) == 1
+
+
+@pytest.fixture
+def platform_operator(operator, operator_install) -> Iterator[OperatorProcess]:
+    """A replica of the session's operator with the chart's `securityContext.runAsUser:
+    null` and `injection.imagePullSecrets` (as their environment), serving the webhook
+    alone: the session's operator is stopped meanwhile, since the API server keeps its
+    connections to the endpoint it already reached. Afterwards the session's operator
+    runs again, holds the Lease, and the Service points at it."""
+    replica = OperatorProcess(
+        operator_install.kubeconfig,
+        operator_install.webhook.certificate,
+        environment={
+            "MCPCACHE_SIDECAR_RUN_AS_USER": "null",
+            "MCPCACHE_INJECTION_IMAGE_PULL_SECRETS": "mirror,agents-registry",
+        },
+    ).start()
+    try:
+        wait_until(replica.ready, 30, "the replica's readiness")
+        operator.terminate()
+        operator_install.webhook.install(replica.webhook_port)
+        yield replica
+    finally:
+        operator.start()
+        operator_install.webhook.install(operator.webhook_port)
+        replica.stop()
+        wait_until(operator.leading, 30, "the session's operator to lead again")
+
+
+def test_with_the_platforms_user_and_the_charts_pull_secrets_a_pod_is_still_restricted(
+    control_plane, core, platform_operator
+) -> None:
+    """No uid anywhere in the pod (the platform assigns one, as OpenShift's
+    restricted-v2 does): the webhook leaves the sidecar's unset too, and Pod Security's
+    restricted level still admits the pod. The pod's own pull secret is kept beside the
+    chart's, each once."""
+    namespace = new_namespace(
+        control_plane, "uid", labels={"pod-security.kubernetes.io/enforce": "restricted"}
+    )
+    body = restricted_pod("platform-uid")
+    del body["spec"]["securityContext"]["runAsUser"]
+    body["spec"]["imagePullSecrets"] = [{"name": "agents-registry"}]
+    created = create(core, namespace, body)
+    (sidecar,) = created.spec.init_containers
+    assert sidecar.name == "mcpcache"
+    assert sidecar.security_context.run_as_user is None
+    assert sidecar.security_context.run_as_group is None
+    assert sidecar.security_context.run_as_non_root is True
+    assert created.spec.security_context.run_as_user is None
+    assert [s.name for s in created.spec.image_pull_secrets] == ["agents-registry", "mirror"]

@@ -61,7 +61,11 @@ def coredns(control_plane) -> None:
         ("list", "configmaps", ("-A",), False),
         ("watch", "configmaps", ("-n", "agents"), False),
         ("get", "secrets", ("-n", "agents"), False),
-        ("list", "pods", ("-A",), False),
+        ("list", "pods", ("-A",), True),  # labelled ones: pods that missed injection
+        ("watch", "pods", ("-A",), False),
+        ("get", "pods", ("-n", "agents"), False),
+        ("patch", "pods", ("-n", "agents"), False),
+        ("delete", "pods", ("-n", "agents"), False),
         ("watch", "mcpservers.mcpcache.io", ("-A",), True),
         ("create", "mcpservers.mcpcache.io", ("-n", "agents"), False),
         ("patch", "mcpservers.mcpcache.io", ("-n", "agents"), False),
@@ -170,11 +174,13 @@ def test_with_watch_namespaces_the_rights_are_those_namespaces_only(
         ("update", "configmaps/mcpcache-servers"),
         ("list", "mcpservers.mcpcache.io"),
         ("create", "events"),
+        ("list", "pods"),
     ):
         assert can_i(control_plane, user, verb, resource, "-n", watched)
         assert not can_i(control_plane, user, verb, resource, "-n", other)
     assert not can_i(control_plane, user, "list", "mcpservers.mcpcache.io", "-A")
     assert not can_i(control_plane, user, "list", "configmaps/mcpcache-servers", "-A")
+    assert not can_i(control_plane, user, "list", "pods", "-A")
 
     objects = client.CustomObjectsApi(control_plane.api_client())
     objects.create_namespaced_custom_object(

@@ -24,14 +24,30 @@ from peers.paths import CHART, CRD, ROOT
 
 KUBERNETES_VERSION = "1.35.0"
 
+DIGEST = "sha256:" + "ab" * 32
+
 NON_DEFAULT = {
+    "nameOverride": "cache",
+    "commonLabels": {"team": "platform", "app.kubernetes.io/name": "not-ours"},
     "image": {"repository": "registry.example/mcpcache", "tag": "9.9.9", "pullPolicy": "Always"},
     "imagePullSecrets": [{"name": "registry"}],
+    "injection": {"imagePullSecrets": [{"name": "agents-registry"}]},
+    "securityContext": {"runAsUser": None},
     "operator": {
         "logLevel": "DEBUG",
         "watchNamespaces": ["agents", "tools"],
         "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}},
         "nodeSelector": {"kubernetes.io/os": "linux"},
+        "podLabels": {"team": "platform", "app.kubernetes.io/component": "not-ours"},
+        "priorityClassName": "mcpcache-operator",
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "operator"}},
+            }
+        ],
     },
     "sidecar": {
         "image": {"tag": "9.9.9-slim"},
@@ -482,6 +498,8 @@ DOCUMENTED_RIGHTS = {
     ("", "configmaps", "", "create"),
     ("", "events", "", "create"),
     ("", "events", "", "patch"),
+    # list pods (those labelled for injection: the ones that missed it)
+    ("", "pods", "", "list"),
 }
 
 
@@ -507,7 +525,8 @@ def test_the_operators_cluster_role_grants_exactly_what_the_security_page_lists(
         "get, list, watch, update and patch ConfigMaps named `mcpcache-servers`",
         "create events, and patch them",
         "get and update its Lease in the release namespace, and create it",
-        "Nothing else: no Secrets, no Pods, no deletes, no webhook configuration",
+        "list pods (those labelled for injection, to find the ones that missed it",
+        "Nothing else: no Secrets, no other right on Pods, no deletes, no webhook configuration",
     ):
         assert words in sentence
     documents = render(control_plane)
@@ -567,3 +586,90 @@ def test_the_injected_sidecar_gets_the_documented_resources_and_port(control_pla
     assert sidecar["resources"] == resources
     assert sidecar["ports"] == [{"name": "mcpcache-prom", "containerPort": 9090}]
     assert not any(e["name"].startswith("OTEL_") for e in sidecar["env"]), "no tracing by default"
+
+
+def test_names_labels_and_the_operators_pod_values_reach_every_object(
+    control_plane, values_file
+) -> None:
+    documents = render(control_plane, "-f", str(values_file))
+    for document in documents:
+        labels = document["metadata"]["labels"]
+        assert labels["team"] == "platform", document["kind"]
+        assert labels["app.kubernetes.io/name"] == "cache", "commonLabels add, never replace"
+    deployment = by_kind(documents, "Deployment")
+    template = deployment["spec"]["template"]
+    assert template["metadata"]["labels"]["team"] == "platform"
+    assert template["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= (
+        template["metadata"]["labels"].items()
+    )
+    pod = template["spec"]
+    assert pod["priorityClassName"] == "mcpcache-operator"
+    assert pod["topologySpreadConstraints"] == NON_DEFAULT["operator"]["topologySpreadConstraints"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }, "runAsUser null: the platform assigns the user"
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["MCPCACHE_SIDECAR_RUN_AS_USER"] == "null"
+    assert env["MCPCACHE_INJECTION_IMAGE_PULL_SECRETS"] == "agents-registry"
+    assert (
+        OperatorSettings.from_environment(
+            {k: v for k, v in env.items() if v is not None}
+        ).sidecar_run_as_user
+        is None
+    )
+
+    renamed = render(control_plane, "--set", "fullnameOverride=cache")
+    names = {d["metadata"]["name"] for d in renamed if d["kind"] != "ClusterRole"}
+    assert "cache-operator" in names
+    assert all(n.startswith("cache-") for n in names), names
+    defaults = by_kind(render(control_plane), "Deployment")["spec"]["template"]["spec"]
+    assert "priorityClassName" not in defaults
+    assert defaults["securityContext"]["runAsUser"] == 65532
+
+
+def test_an_image_digest_wins_over_the_tag_for_the_operator_and_the_sidecar(
+    control_plane,
+) -> None:
+    digest = f"image.digest={DIGEST}"
+    documents = render(control_plane, "--set", digest, "--set", "image.tag=9.9.9")
+    (container,) = by_kind(documents, "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert container["image"] == f"ghcr.io/mcpcache/mcpcache@{DIGEST}"
+    assert env["MCPCACHE_SIDECAR_IMAGE"] == f"ghcr.io/mcpcache/mcpcache@{DIGEST}"
+    own = render(control_plane, "--set", digest, "--set", "sidecar.image.tag=slim")
+    (container,) = by_kind(own, "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["MCPCACHE_SIDECAR_IMAGE"] == "ghcr.io/mcpcache/mcpcache:slim"
+    refused = control_plane.run_helm(
+        "template", "mcpcache", str(CHART), "--set", "image.digest=latest", check=False
+    )
+    assert "/image/digest" in refused.stderr
+
+
+def test_chart_yaml_has_the_metadata_and_artifact_hub_annotations_of_the_chart(
+    control_plane,
+) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["home"].startswith("https://")
+    assert chart["sources"]
+    assert chart["maintainers"][0]["name"]
+    assert chart["icon"].endswith("/images/icon.svg")
+    assert (ROOT / "docs" / "images" / "icon.svg").is_file(), "the icon is on the docs site"
+    notes = chart["annotations"]
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'license = "{notes["artifacthub.io/license"]}"' in pyproject
+    (image,) = yaml.safe_load(notes["artifacthub.io/images"])
+    (container,) = by_kind(render(control_plane), "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert image["image"] == container["image"], "the image the chart installs by default"
+    (listed,) = yaml.safe_load(notes["artifacthub.io/crds"])
+    definition = yaml.safe_load(CRD.read_text())
+    assert listed["name"] == definition["metadata"]["name"]
+    assert listed["kind"] == definition["spec"]["names"]["kind"]
+    assert listed["version"] in [v["name"] for v in definition["spec"]["versions"]]
+    for key in ("links", "changes", "crdsExamples"):
+        assert yaml.safe_load(notes[f"artifacthub.io/{key}"])

@@ -39,11 +39,14 @@ class OperatorProcess:
         namespaces: tuple[str, ...] = (),
         lease: tuple[str, str] = (OPERATOR_NAMESPACE, f"{RELEASE}-operator"),
         log_level: str = "DEBUG",
+        environment: dict[str, str] | None = None,
     ) -> None:
         """`webhook_tls` is a CA to issue a serving certificate for 127.0.0.1, or a
         certificate and key (PEM) to serve as they are. `lease` is the (namespace, name)
-        of the Lease its replicas share (see the chart's `mcpcache.leaseName`)."""
+        of the Lease its replicas share (see the chart's `mcpcache.leaseName`).
+        `environment` adds or overrides settings (as the chart's values would)."""
         self.kubeconfig = kubeconfig
+        self.environment = environment or {}
         self.namespaces = namespaces
         self.lease = lease
         self.log_level = log_level
@@ -63,21 +66,26 @@ class OperatorProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
-        env = os.environ | {
-            "KUBECONFIG": str(self.kubeconfig),
-            "MCPCACHE_METRICS_PORT": str(self.metrics_port),
-            "MCPCACHE_HEALTH_PORT": str(self.health_port),
-            "MCPCACHE_WEBHOOK_PORT": str(self.webhook_port),
-            "MCPCACHE_WEBHOOK_CERT": str(self.cert_file),
-            "MCPCACHE_WEBHOOK_KEY": str(self.key_file),
-            "MCPCACHE_SIDECAR_IMAGE": SIDECAR_IMAGE,
-            "MCPCACHE_NAMESPACES": ",".join(self.namespaces),
-            "MCPCACHE_LEASE_NAMESPACE": self.lease[0],
-            "MCPCACHE_LEASE_NAME": self.lease[1],
-            "MCPCACHE_LEASE_DURATION": str(LEASE_DURATION),
-            "MCPCACHE_LEASE_RENEW_DEADLINE": str(LEASE_DURATION * 0.75),
-            "MCPCACHE_LEASE_RETRY_PERIOD": "0.5",
-        }
+        env = (
+            os.environ
+            | {
+                "KUBECONFIG": str(self.kubeconfig),
+                "MCPCACHE_METRICS_PORT": str(self.metrics_port),
+                "MCPCACHE_HEALTH_PORT": str(self.health_port),
+                "MCPCACHE_WEBHOOK_PORT": str(self.webhook_port),
+                "MCPCACHE_WEBHOOK_CERT": str(self.cert_file),
+                "MCPCACHE_WEBHOOK_KEY": str(self.key_file),
+                "MCPCACHE_SIDECAR_IMAGE": SIDECAR_IMAGE,
+                "MCPCACHE_NAMESPACES": ",".join(self.namespaces),
+                "MCPCACHE_LEASE_NAMESPACE": self.lease[0],
+                "MCPCACHE_LEASE_NAME": self.lease[1],
+                "MCPCACHE_LEASE_DURATION": str(LEASE_DURATION),
+                "MCPCACHE_LEASE_RENEW_DEADLINE": str(LEASE_DURATION * 0.75),
+                "MCPCACHE_LEASE_RETRY_PERIOD": "0.5",
+                "MCPCACHE_MISSED_SCAN_INTERVAL": "1",
+            }
+            | self.environment
+        )
         log = self.log_path.open("ab")
         cli = [sys.executable, "-m", "mcpcache.sidecar.cli", "operator"]
         self.process = subprocess.Popen(

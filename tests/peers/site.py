@@ -10,6 +10,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from .paths import ROOT
 
@@ -46,6 +49,22 @@ def build_site(project: Path) -> Build:
         env=os.environ | {"NO_COLOR": "1"},
     )
     return Build(result.returncode, ANSI.sub("", result.stdout + result.stderr), project / "site")
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """A safe loader that reads `!!python/name:...` (how mkdocs.yml names the function
+    that renders mermaid fences) as the name it is, never importing it."""
+
+
+_ConfigLoader.add_multi_constructor(
+    "tag:yaml.org,2002:python/name:", lambda loader, suffix, node: suffix
+)
+
+
+def site_config() -> dict[str, Any]:
+    """mkdocs.yml, read safely."""
+    config: dict[str, Any] = yaml.load((ROOT / "mkdocs.yml").read_text(), _ConfigLoader)
+    return config
 
 
 def page(relative: str) -> str:

@@ -728,3 +728,38 @@ def test_the_sidecar_holds_the_app_back_until_both_its_listeners_answer() -> Non
     probe = sidecar_of(plan_injection(pod(), SETTINGS))["startupProbe"]
     assert probe["httpGet"] == {"path": "/readyz", "port": 9090}
     assert probe["periodSeconds"] * probe["failureThreshold"] >= 30
+
+
+def test_the_operators_pull_secrets_join_the_pods_own_once_each() -> None:
+    settings = OperatorSettings.from_environment(
+        {"MCPCACHE_INJECTION_IMAGE_PULL_SECRETS": "mirror, agents-registry"}
+    )
+    own = [{"name": "agents-registry"}, {"name": "app-registry"}]
+    plan = plan_injection(pod(imagePullSecrets=own), settings)
+    assert plan is not None
+    assert plan["imagePullSecrets"] == [*own, {"name": "mirror"}]
+    assert plan_injection(pod(), settings)["imagePullSecrets"] == [  # type: ignore[index]
+        {"name": "mirror"},
+        {"name": "agents-registry"},
+    ]
+    plan = plan_injection(pod(imagePullSecrets=own), SETTINGS)
+    assert plan is not None
+    assert "imagePullSecrets" not in plan, "none given: the pod's own stand"
+
+
+def test_a_platform_assigned_user_leaves_the_sidecars_uid_unset_and_non_root() -> None:
+    settings = OperatorSettings.from_environment({"MCPCACHE_SIDECAR_RUN_AS_USER": "null"})
+    assert settings.sidecar_run_as_user is None
+    plan = plan_injection(pod(), settings)
+    assert plan is not None
+    security = plan["initContainers"][0]["securityContext"]
+    assert "runAsUser" not in security
+    assert "runAsGroup" not in security
+    assert security["runAsNonRoot"] is True
+    chosen = OperatorSettings.from_environment({"MCPCACHE_SIDECAR_RUN_AS_USER": "1000700000"})
+    plan = plan_injection(pod(), chosen)
+    assert plan is not None
+    security = plan["initContainers"][0]["securityContext"]
+    assert (security["runAsUser"], security["runAsGroup"]) == (1000700000, 1000700000)
+    with pytest.raises(ValueError, match="MCPCACHE_SIDECAR_RUN_AS_USER"):
+        OperatorSettings.from_environment({"MCPCACHE_SIDECAR_RUN_AS_USER": "0"})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -198,7 +200,10 @@ def test_kubectl_shows_the_printer_columns_and_short_name(control_plane, namespa
         ({"name": "a", "ignoreArguments": ["id", "id"]}, "spec.cache.tools[0].ignoreArguments"),
         ({"name": "a\n"}, "spec.cache.tools[0].name"),
         ({"name": "a", "scope": "everyone"}, "spec.cache.tools[0].scope"),
-        ({"name": "a", "enabled": False, "scope": "public"}, "scope public is for cached tools"),
+        (
+            {"name": "a", "enabled": False, "scope": "public"},
+            "skipIf and scope: public are for cached tools; this rule turns caching off",
+        ),
         ({"name": "a", "skipIf": {f"v{i}": "x" for i in range(17)}}, "spec.cache.tools[0].skipIf"),
     ],
 )
@@ -245,28 +250,66 @@ def test_valid_tool_rules_are_accepted_by_both_as_written(control_plane, namespa
 
 
 @pytest.mark.parametrize(
-    "rule",
+    ("rule", "complaint"),
     [
-        {"name": "a", "invalidates": [""]},
-        {"name": "a", "enabled": True, "invalidates": ["b"]},
-        {"name": "a", "invalidates": [{"tool": "b"}]},
-        {"name": "a", "invalidates": [7]},
-        {"name": "a", "skipIf": {"v": {"deep": 1}}},
-        {"name": "a", "invalidates": ["b"], "skipIf": {"v": "latest"}},
+        ({"name": "a", "invalidates": [""]}, "a tool glob has 1 to 128 characters"),
+        (
+            {"name": "a", "enabled": True, "invalidates": ["b"]},
+            "a tool that invalidates others changes state and cannot be cached: drop enabled: true",
+        ),
+        (
+            {"name": "a", "invalidates": [{"tool": "b"}]},
+            "an invalidates entry is a tool glob, or an object {tool, match} (both fields given)",
+        ),
+        (
+            {"name": "a", "invalidates": [{"tool": "b", "match": ["x"], "also": 1}]},
+            "an invalidates entry is a tool glob, or an object {tool, match}",
+        ),
+        (
+            {"name": "a", "invalidates": [7]},
+            "an invalidates entry is a tool glob, or an object {tool, match}",
+        ),
+        (
+            {"name": "a", "invalidates": [{"tool": "b", "match": []}]},
+            "match lists 1 to 8 argument names",
+        ),
+        (
+            {"name": "a", "invalidates": [{"tool": "", "match": ["id"]}]},
+            "tool is a glob of 1 to 128 characters",
+        ),
+        (
+            {"name": "a", "skipIf": {"v": {"deep": 1}}},
+            "a skipIf value is a string, number or boolean, or a list of them (1 to 32)",
+        ),
+        (
+            {"name": "a", "skipIf": {"v": [["x"]]}},
+            "a skipIf value is a string, number or boolean, or a list of them (1 to 32)",
+        ),
+        ({"name": "a", "skipIf": {"v": ""}}, "a skipIf value has 1 to 256 characters"),
+        (
+            {"name": "a", "invalidates": ["b"], "skipIf": {"v": "latest"}},
+            "skipIf and scope: public are for cached tools; this rule turns caching off",
+        ),
     ],
 )
-def test_entries_the_schema_cannot_type_are_refused_by_the_operator(
-    control_plane, namespace, rule
+def test_bad_invalidates_and_skip_if_entries_are_refused_at_admission_in_words(
+    control_plane, namespace, rule, complaint
 ) -> None:
     """`invalidates` entries (a glob or an object) and `skipIf` values (one or a list)
-    are unions the API server's schema cannot check with CEL; the operator's model does,
-    and an MCPServer holding one is reported InvalidSpec instead of configured."""
+    are unions a structural schema cannot type; CEL rules generated with the config
+    model check them, so a bad entry is refused when it is applied, with the model's
+    own words, and the model refuses it too."""
     objects = client.CustomObjectsApi(control_plane.api_client())
     body = mcpserver("loose", enabled=True, tools=[rule])
-    created = objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
-    effective = resolve_server(created["metadata"]["name"], created["spec"])
-    assert effective.server is None
-    assert effective.error
+    with pytest.raises(ApiException) as refused:
+        objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    assert refused.value.status == 422
+    message = json.loads(refused.value.body)["message"]
+    assert complaint in message
+    assert "spec.cache.tools[]" in message
+    assert not re.search(r"constrained-str|ArgumentMatch|\.(bool|int|float|str)\b", message)
+    with pytest.raises(ValidationError):
+        ServerCache.model_validate({"tools": [rule]})
 
 
 def test_age_note_and_revalidate_sample_reach_the_config_model_as_written(

@@ -279,21 +279,43 @@ def _place(path: Path_) -> str:
     return text.lstrip(".")
 
 
-def _expression(path: Path_, rule: str) -> str:
-    """A CEL rule written for a node (`self`) as an admission expression over `object`:
+def _expression(path: Path_, rule: str, base: str = "object", depth: int = 0) -> str:
+    """A CEL rule written for a node (`self`) as an admission expression over `base`:
     every node at that place, through optional fields, lists and maps, passes it."""
+    if not path:
+        return f"[{base}].all(self, {rule})"
+    (kind, name), rest = path[0], path[1:]
+    if kind == "field":
+        return f"(!has({base}.{name}) || {_expression(rest, rule, f'{base}.{name}', depth)})"
+    var = f"x{depth}"
+    inner = _expression(rest, rule, var if kind == "items" else f"{base}[{var}]", depth + 1)
+    return f"{base}.all({var}, {inner})"
 
-    def build(base: str, steps: Path_, depth: int) -> str:
-        if not steps:
-            return f"[{base}].all(self, {rule})"
-        (kind, name), rest = steps[0], steps[1:]
-        if kind == "field":
-            return f"(!has({base}.{name}) || {build(f'{base}.{name}', rest, depth)})"
-        var = f"x{depth}"
-        inner = build(var if kind == "items" else f"{base}[{var}]", rest, depth + 1)
-        return f"{base}.all({var}, {inner})"
 
-    return build("object", path, 0)
+def _cel_text(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _validation(path: Path_, rule: Mapping[str, str]) -> dict[str, str]:
+    """One moved rule as a validation of the policy. Its message says where, and (a
+    `messageExpression`, evaluated only on a refusal) names the tool rules at fault:
+    `spec.cache.tools[].invalidates[] of rule create_*: an invalidates entry is ...`."""
+    place = _place(path)
+    validation = {
+        "expression": _expression(path, rule["rule"]),
+        "message": f"{place}: {rule['message']}",
+        "reason": "Invalid",
+    }
+    lists = [i for i, (kind, _) in enumerate(path) if kind == "items"]
+    if lists and all(kind == "field" for kind, _ in path[: lists[0]]):
+        listed = "object" + "".join(f".{name}" for _, name in path[: lists[0]])
+        inner = _expression(path[lists[0] + 1 :], rule["rule"], "x0", 1)
+        names = f"{listed}.filter(x0, !{inner}).map(x0, has(x0.name) ? string(x0.name) : '')"
+        validation["messageExpression"] = (
+            f"{_cel_text(place + ' of rule ')} + {names}.join(', ') + "
+            f"{_cel_text(': ' + rule['message'])}"
+        )
+    return validation
 
 
 def admission_policy() -> list[dict[str, Any]]:
@@ -327,14 +349,7 @@ def admission_policy() -> list[dict[str, Any]]:
                     "expression": "request.operation == 'CREATE' || object.spec != oldObject.spec",
                 }
             ],
-            "validations": [
-                {
-                    "expression": _expression(path, rule["rule"]),
-                    "message": f"{_place(path)}: {rule['message']}",
-                    "reason": "Invalid",
-                }
-                for path, rule in moved
-            ],
+            "validations": [_validation(path, rule) for path, rule in moved],
         },
     }
     binding = {

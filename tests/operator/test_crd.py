@@ -158,7 +158,8 @@ def test_kubectl_explain_describes_the_int_or_string_max_size(control_plane, crd
 
 
 def spec_fields() -> list[tuple[str, str]]:
-    """(path as kubectl explain takes it, description) of every field under spec."""
+    """(path as kubectl explain takes it, description) of every field under spec and
+    status."""
     schema = yaml.safe_load(CRD.read_text())["spec"]["versions"][0]["schema"]
     found: list[tuple[str, str]] = []
 
@@ -168,10 +169,11 @@ def spec_fields() -> list[tuple[str, str]]:
             walk(child.get("items", child), f"{path}.{name}")
 
     walk(schema["openAPIV3Schema"]["properties"]["spec"], "mcps.spec")
+    walk(schema["openAPIV3Schema"]["properties"]["status"], "mcps.status")
     return found
 
 
-def test_kubectl_explain_describes_every_field_of_the_spec(control_plane, crd) -> None:
+def test_kubectl_explain_describes_every_field_of_the_spec_and_status(control_plane, crd) -> None:
     for path, description in spec_fields():
         out = explain(control_plane, path)
         assert " ".join(description.split()) in " ".join(out.split()), path

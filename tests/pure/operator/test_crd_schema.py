@@ -13,8 +13,9 @@ import yaml
 
 from mcpcache.operator.crd import REASON_PATTERN, crd, files, main, render
 from mcpcache.operator.resource import resolve_server
+from mcpcache.operator.schema import structural
 from mcpcache.operator.status import desired_status, effective_tools
-from mcpcache.sidecar.config import ServerCache, ToolRule
+from mcpcache.sidecar.config import Model, ServerCache, ToolRule
 from peers.paths import ROOT
 
 URL = "http://docs.tools.svc:8000/mcp"
@@ -172,3 +173,31 @@ def test_the_generated_file_reads_as_yaml_and_says_how_it_is_made() -> None:
     text = render()
     assert text.startswith("# Generated from the config model by `python -m mcpcache.operator.crd`")
     assert yaml.safe_load(text) == crd()
+
+
+class Undocumented(Model):
+    documented: bool = False
+    """Says what it does."""
+    bare: bool = False
+
+
+class Unhinted(Model):
+    either: str | int = 0
+    """A union of types with no CEL rules to check it."""
+
+
+@pytest.mark.parametrize(
+    ("model", "complaint"),
+    [
+        (Undocumented, "bare has no description: give the field a docstring"),
+        (Unhinted, "either: a union of types needs a SchemaHint with its CEL rules"),
+    ],
+)
+def test_the_generator_refuses_a_field_it_cannot_describe_or_check(
+    model: type[Model], complaint: str
+) -> None:
+    """What would reach `kubectl explain` as `<empty>`, or be admitted unchecked, stops
+    the generation instead."""
+    schema = model.model_json_schema(by_alias=True)
+    with pytest.raises(ValueError, match=re.escape(complaint)):
+        structural(schema, schema.get("$defs", {}), "cache")

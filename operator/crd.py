@@ -27,7 +27,14 @@ import yaml
 
 from mcpcache.sidecar.config import ServerCache, ToolRule
 
-from .schema import Moved, duration_rules, structural, validation, without_checks
+from .schema import (
+    Moved,
+    duration_rules,
+    model_schema,
+    structural,
+    validation,
+    without_checks,
+)
 
 RESOURCE_GROUP: Final = "mcpcache.io"
 RESOURCE_VERSION: Final = "v1alpha1"
@@ -54,7 +61,7 @@ _CACHE_PATH: Final = (("field", "spec"), ("field", "cache"))
 def cache_schema(moved: Moved | None = None) -> dict[str, Any]:
     """`spec.cache`, from the config model (`moved` receives the rules the CRD's CEL
     cannot check)."""
-    schema = ServerCache.model_json_schema(by_alias=True)
+    schema = model_schema(ServerCache)
     out = structural(schema, schema.get("$defs", {}), "cache", _CACHE_PATH, moved)
     return {**out, "default": {}}
 
@@ -105,7 +112,7 @@ def admission_policy() -> list[dict[str, Any]]:
 def effective_tool_schema() -> dict[str, Any]:
     """An item of `status.effectiveTools`: a tool rule as `status.effective_tools`
     writes it, from the same model as the spec's rules."""
-    schema = ToolRule.model_json_schema(by_alias=True)
+    schema = model_schema(ToolRule)
     rule = without_checks(structural(schema, schema.get("$defs", {}), "tools[]", (), []))
     properties = dict(rule["properties"])
     del properties["enabled"]

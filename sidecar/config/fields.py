@@ -113,9 +113,6 @@ class Model(BaseModel):
         populate_by_name=True,
         extra="forbid",
         frozen=True,
-        # A field's docstring is its description in the JSON schema, and so in the CRD
-        # and in `kubectl explain`: it is written once, for the person setting the field.
-        use_attribute_docstrings=True,
     )
 
 

@@ -13,7 +13,7 @@ import yaml
 
 from mcpcache.operator.crd import REASON_PATTERN, crd, files, main, render
 from mcpcache.operator.resource import resolve_server
-from mcpcache.operator.schema import structural
+from mcpcache.operator.schema import model_schema, structural
 from mcpcache.operator.status import desired_status, effective_tools
 from mcpcache.sidecar.config import Model, ServerCache, ToolRule
 from peers.paths import ROOT
@@ -198,6 +198,6 @@ def test_the_generator_refuses_a_field_it_cannot_describe_or_check(
 ) -> None:
     """What would reach `kubectl explain` as `<empty>`, or be admitted unchecked, stops
     the generation instead."""
-    schema = model.model_json_schema(by_alias=True)
+    schema = model_schema(model)
     with pytest.raises(ValueError, match=re.escape(complaint)):
         structural(schema, schema.get("$defs", {}), "cache")

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
+    ConfigDict,
     Field,
     model_validator,
 )
@@ -78,6 +79,20 @@ class ServerCache(Model):
     The model of the MCPServer's `spec.cache`: the CRD's schema is generated from it
     (`mcpcache.operator.crd`), field docstrings included, so they speak to the person
     writing the resource."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.ignoreHeaders) || !has(self.identityHeaders) || "
+                    "!self.ignoreHeaders.exists(h, self.identityHeaders.exists(i, "
+                    "i.lowerAscii() == h.lowerAscii()))",
+                    "message": "ignoreHeaders cannot name a header identityHeaders names: it "
+                    "carries identity and always stays in the key",
+                }
+            ]
+        }
+    )
 
     enabled: bool = Field(default=False, json_schema_extra=SERVER_DEFAULT)
     """Cache tools/call and resources/read answers of this server (opt-in)."""

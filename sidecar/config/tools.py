@@ -207,7 +207,12 @@ _GLOB: Final = TypeAdapter(Glob)
 
 
 def _is_glob(v: str) -> str:
-    return f"size({v}) >= 1 && size({v}) <= {MAX_GLOB_LENGTH}"
+    """`Glob` in CEL, for where the CRD's schema cannot type it."""
+    return f"size({v}) >= 1 && size({v}) <= {MAX_GLOB_LENGTH} && !{v}.matches('[\\\\x00-\\\\x1f]')"
+
+
+_GLOB_RULE: Final = f"1 to {MAX_GLOB_LENGTH} characters, none of them a control character"
+_ONCE = "{0}.all(e, {0}.exists_one(x, x == e))"
 
 
 Removal = Annotated[
@@ -225,18 +230,23 @@ Removal = Annotated[
                 },
                 {
                     "rule": f"type(self) != string || ({_is_glob('self')})",
-                    "message": f"a tool glob has 1 to {MAX_GLOB_LENGTH} characters",
+                    "message": f"a tool glob has {_GLOB_RULE}",
                 },
                 {
                     "rule": "type(self) != map || !('tool' in self) || (type(self.tool) == string"
                     f" && {_is_glob('self.tool')})",
-                    "message": f"tool is a glob of 1 to {MAX_GLOB_LENGTH} characters",
+                    "message": f"tool is a glob of {_GLOB_RULE}",
                 },
                 {
                     "rule": "type(self) != map || !('match' in self) || (type(self.match) == list"
                     f" && size(self.match) >= 1 && size(self.match) <= {MAX_MATCHED_ARGUMENTS}"
                     f" && self.match.all(m, type(m) == string && {_is_glob('m')}))",
                     "message": f"match lists 1 to {MAX_MATCHED_ARGUMENTS} argument names",
+                },
+                {
+                    "rule": "type(self) != map || !('match' in self) || type(self.match) != list"
+                    f" || {_ONCE.format('self.match')}",
+                    "message": "match must not name the same argument twice",
                 },
             ],
         },
@@ -285,7 +295,19 @@ class ToolRule(Model):
     """Top-level arguments left out of the cache key (request ids, nonces). The caller
     always stays in the key."""
     invalidates: Annotated[
-        tuple[Removal, ...], Field(max_length=MAX_RULE_NAMES), AfterValidator(_distinct)
+        tuple[Removal, ...],
+        Field(max_length=MAX_RULE_NAMES),
+        AfterValidator(_distinct),
+        SchemaHint(
+            **{
+                "x-kubernetes-validations": [
+                    {
+                        "rule": _ONCE.format("self"),
+                        "message": "invalidates must not name the same entry twice",
+                    }
+                ]
+            }
+        ),
     ] = ()
     """What a successful call of these tools removes, for every caller: a glob of tools
     (all their entries), or {tool, match} (a glob and up to 8 argument names: only the
@@ -294,6 +316,16 @@ class ToolRule(Model):
     skip_if: Annotated[
         dict[Annotated[str, Field(min_length=1, max_length=128)], SkipValues],
         Field(max_length=MAX_SKIP_ARGUMENTS),
+        SchemaHint(
+            **{
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "self.all(k, size(k) >= 1 && size(k) <= 128)",
+                        "message": "a skipIf argument name has 1 to 128 characters",
+                    }
+                ]
+            }
+        ),
     ] = Field(default_factory=dict)
     """Argument values that send a call upstream uncached ({version: latest}, or a list of
     values), compared as text, case-insensitively: answers out of date as soon as they

@@ -288,6 +288,19 @@ def test_valid_tool_rules_are_accepted_by_both_as_written(control_plane, namespa
             "a skipIf value is a string, number or boolean, or a list of them (1 to 32)",
         ),
         ({"name": "a", "skipIf": {"v": ""}}, "a skipIf value has 1 to 256 characters"),
+        ({"name": "a", "skipIf": {"": "x"}}, "a skipIf argument name has 1 to 128 characters"),
+        (
+            {"name": "a", "invalidates": ["b", "b"]},
+            "invalidates must not name the same entry twice",
+        ),
+        (
+            {"name": "a", "invalidates": [{"tool": "b", "match": ["id", "id"]}]},
+            "match must not name the same argument twice",
+        ),
+        (
+            {"name": "a", "invalidates": ["b\u0001"]},
+            "a tool glob has 1 to 128 characters, none of them a control character",
+        ),
         (
             {"name": "a", "invalidates": ["b"], "skipIf": {"v": "latest"}},
             "skipIf and scope: public are for cached tools; this rule turns caching off",
@@ -333,6 +346,10 @@ def test_age_note_and_revalidate_sample_reach_the_config_model_as_written(
         ({"ignoreHeaders": ["mcp-session-id"]}, "ignoreHeaders cannot name"),
         ({"ignoreHeaders": ["x request id"]}, "spec.cache.ignoreHeaders[0]"),
         ({"identityHeaders": ["x-a", "x-a"]}, "spec.cache.identityHeaders"),
+        (
+            {"identityHeaders": ["x-tenant"], "ignoreHeaders": ["X-Tenant"]},
+            "spec.cache: ignoreHeaders cannot name a header identityHeaders names",
+        ),
     ],
 )
 def test_header_lists_are_refused_by_the_crd_and_the_config_model_alike(

@@ -287,13 +287,15 @@ class ToolRule(Model):
     name: Glob
     """A glob over tool names (*, ?, [...]), case-sensitive."""
     enabled: bool | None = Field(default=None, strict=True)
-    """Cache the matching tools; when unset, the server decides."""
+    """Cache the matching tools; when unset, the server's enabled and onlyReadOnlyTools
+    decide."""
     ttl: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
     """How long the matching tools' answers are served, as a duration (more than 0s, at
     most 24h); when unset, the server's ttl."""
     ignore_arguments: Names = ()
-    """Top-level arguments left out of the cache key (request ids, nonces). The caller
-    always stays in the key."""
+    """Top-level arguments left out of the cache key (request ids, nonces): calls that
+    differ only in them share an entry. The caller and its credentials always stay in the
+    key."""
     invalidates: Annotated[
         tuple[Removal, ...],
         Field(max_length=MAX_RULE_NAMES),

@@ -333,9 +333,10 @@ class ToolRule(Model):
     values), compared as text, case-insensitively: answers out of date as soon as they
     are given."""
     scope: Literal["private", "public"] = "private"
-    """public lets one entry answer every caller of this server (the identity headers and
-    the legacy session leave the key; the tool, its arguments, the protocol version and
-    every other keyed header stay). Default private."""
+    """public lets one entry answer every caller of this server, on your word that the
+    answer depends on the arguments alone (the identity headers and the legacy session
+    leave the key; the tool, its arguments, the protocol version and every other keyed
+    header stay). Default private."""
 
     @model_validator(mode="after")
     def _writes_are_not_cached(self) -> Self:

@@ -379,3 +379,57 @@ def test_header_lists_are_accepted_by_both_as_written(control_plane, namespace) 
     assert created["spec"]["cache"]["ignoreHeaders"] == ["X-Request-Id"]
     model = ServerCache.model_validate(created["spec"]["cache"])
     assert model.ignore_headers == ("x-request-id",)
+
+
+def test_an_object_stored_before_the_policy_can_still_be_labelled_but_not_respecified_badly(
+    control_plane, namespace
+) -> None:
+    """The admission policy checks creates and spec changes only: an MCPServer stored
+    before it existed (here: while its binding is away) keeps taking metadata changes,
+    the operator's InvalidSpec message for it says the same in words; a new bad spec is
+    refused."""
+    admission = client.AdmissionregistrationV1Api(control_plane.api_client())
+    objects = client.CustomObjectsApi(control_plane.api_client())
+    name = f"{RESOURCE_PLURAL}.{RESOURCE_GROUP}"
+    binding = admission.read_validating_admission_policy_binding(name)
+    bad = mcpserver("older", enabled=True, tools=[{"name": "a", "invalidates": [7]}])
+    admission.delete_validating_admission_policy_binding(name)
+    try:
+
+        def admitted() -> bool:
+            try:
+                objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, bad)
+            except ApiException:
+                return False
+            return True
+
+        wait_until(admitted, 30, "the bad MCPServer admitted without the policy's binding")
+    finally:
+        binding.metadata = client.V1ObjectMeta(name=name, labels=binding.metadata.labels)
+        admission.create_validating_admission_policy_binding(binding)
+    again = mcpserver("probe", enabled=True, tools=[{"name": "a", "invalidates": [7]}])
+
+    def refused_again() -> bool:
+        try:
+            objects.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, again, dry_run="All"
+            )
+        except ApiException as refused:
+            return refused.status == 422
+        return False
+
+    wait_until(refused_again, 30, "the policy in effect again")
+    labelled = objects.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "older", {"metadata": {"labels": {"team": "a"}}}
+    )
+    assert labelled["metadata"]["labels"] == {"team": "a"}
+    reported = resolve_server("older", labelled["spec"]).error
+    assert reported == (
+        "spec.cache.tools[0].invalidates[0]: 7 is not allowed: an invalidates entry is a tool "
+        "glob, or an object {tool, match}"
+    )
+    with pytest.raises(ApiException) as refused:
+        objects.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "older", {"spec": {"cache": {"ttl": "1m"}}}
+        )
+    assert "an invalidates entry is a tool glob, or an object {tool, match}" in refused.value.body

@@ -9,9 +9,9 @@ import os
 import secrets
 import socket
 from collections.abc import Sequence
+from typing import Any, cast
 
 import kopf
-from kopf._core.engines.peering import Identity
 from prometheus_client import start_http_server
 
 from mcpcache.sidecar.logs import configure_logging
@@ -136,8 +136,9 @@ async def run(settings: OperatorSettings, stop: asyncio.Event | None = None) -> 
             settings=kopf_settings,
             standalone=True,
             # kopf's own default asks the password database for our user name, which a
-            # container running as a bare uid (65532 in the image) does not have.
-            identity=Identity(lease.identity),
+            # container running as a bare uid (65532 in the image) does not have. kopf
+            # types this as a NewType of str that it does not export: a str is what it is.
+            identity=cast(Any, lease.identity),
             clusterwide=not settings.namespaces,
             namespaces=settings.namespaces,
             stop_flag=stop,

@@ -46,27 +46,22 @@ def _caching(cache: ServerCache, rule: ToolRule) -> str:
 
 
 def effective_tools(cache: ServerCache) -> list[dict[str, Any]]:
-    """The tool rules as the sidecars apply them: defaults filled in, hidden ones named."""
+    """The tool rules as the sidecars apply them: each rule as the model writes it (so a
+    new rule field appears here as it does in the CRD, which derives this item's schema
+    from the same model), its `enabled` read with the server's settings as `caching`,
+    the server's TTL filled in, and hidden rules named."""
     hidden = {id(rule): earlier.name for rule, earlier in cache.shadowed_rules()}
     rules = []
     for rule in cache.tools:
-        ttl = rule.ttl if rule.ttl is not None else cache.ttl
+        written = rule.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        del written["name"]
+        written.pop("enabled", None)
         item: dict[str, Any] = {
             "name": rule.name,
             "caching": _caching(cache, rule),
-            "ttl": format_duration(ttl),
+            "ttl": format_duration(rule.ttl if rule.ttl is not None else cache.ttl),
+            **written,
         }
-        if rule.ignore_arguments:
-            item["ignoreArguments"] = list(rule.ignore_arguments)
-        if rule.invalidates:
-            item["invalidates"] = [
-                entry if isinstance(entry, str) else entry.model_dump(mode="json")
-                for entry in rule.invalidates
-            ]
-        if rule.skip_if:
-            item["skipIf"] = {name: list(values) for name, values in rule.skip_if.items()}
-        if rule.scope == "public":
-            item["scope"] = rule.scope
         if id(rule) in hidden:
             item["shadowedBy"] = hidden[id(rule)]
         rules.append(item)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from peers.binaries import go_built
 from peers.controlplane import BIN_ENV, ControlPlane
@@ -23,6 +24,7 @@ from peers.operator import (
     install_operator_rbac,
 )
 from peers.paths import CHART, CRD
+from peers.resources import GROUP, PLURAL, VERSION, mcpserver
 from peers.serving import STOPPING, ServedApp, wait_until
 from peers.upstream import Upstream
 
@@ -86,7 +88,9 @@ def control_plane() -> Iterator[ControlPlane]:
 
 @pytest.fixture(scope="session")
 def crd(control_plane: ControlPlane) -> None:
-    control_plane.run_kubectl("apply", "-f", str(CRD))
+    """The CRD's folder as the docs apply it: the CRD and its admission policy, both in
+    effect (the policy refuses a bad tool rule) before a test uses them."""
+    control_plane.run_kubectl("apply", "-f", str(CRD.parent))
     extensions = client.ApiextensionsV1Api(control_plane.api_client())
 
     def established() -> bool:
@@ -96,6 +100,19 @@ def crd(control_plane: ControlPlane) -> None:
         )
 
     wait_until(established, 30, "the MCPServer CRD")
+    objects = client.CustomObjectsApi(control_plane.api_client())
+    bad = mcpserver("policy-probe", tools=[{"name": "a", "invalidates": [7]}])
+
+    def policy_in_effect() -> bool:
+        try:
+            objects.create_namespaced_custom_object(
+                GROUP, VERSION, "default", PLURAL, bad, dry_run="All", _request_timeout=10
+            )
+        except ApiException as refused:
+            return refused.status == 422
+        return False
+
+    wait_until(policy_in_effect, 30, "the MCPServer admission policy")
 
 
 @dataclass

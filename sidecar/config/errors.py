@@ -141,16 +141,16 @@ def problem(error: ErrorDetails, model: type[BaseModel] | None = None, prefix: s
     """One error as `field: what is wrong`. `model` is the model the location starts
     from (to name the fields a misspelt one could be); `prefix` goes before the path."""
     where = location(error["loc"], prefix)
+    at = f"{where}: " if where else ""
     kind = error["type"]
     if kind == "missing":
-        return f"{where}: is required"
+        return f"{at}is required"
     if kind == "extra_forbidden":
-        return f"{where}: {_unknown(str(error['loc'][-1]), _model_at(model, error['loc'][:-1]))}"
+        return f"{at}{_unknown(str(error['loc'][-1]), _model_at(model, error['loc'][:-1]))}"
     if kind in ("value_error", "assertion_error"):
         # Our validators' messages name the value and what is allowed already.
         reason = (error.get("ctx") or {}).get("error")
-        text = str(reason if reason is not None else error["msg"])
-        return f"{where}: {text}" if where else text
+        return at + str(reason if reason is not None else error["msg"])
     duration = _is_duration_at(model, tuple(error["loc"]))
     value = error.get("input")
     if duration and isinstance(value, int | float) and not isinstance(value, bool):
@@ -159,7 +159,7 @@ def problem(error: ErrorDetails, model: type[BaseModel] | None = None, prefix: s
         text = value
     else:
         text = shown(value)
-    return f"{where}: {text} is not allowed: {_rule(error, duration)}"
+    return f"{at}{text} is not allowed: {_rule(error, duration)}"
 
 
 def _model_at(model: type[BaseModel] | None, path: Iterable[int | str]) -> type[BaseModel] | None:

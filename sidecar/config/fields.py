@@ -3,7 +3,7 @@ that read durations and quantities the way Kubernetes writes them."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from pydantic import (
     AfterValidator,
@@ -11,9 +11,13 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     PlainSerializer,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from .errors import shown
 from .units import format_duration, format_quantity, parse_duration, parse_quantity
@@ -66,11 +70,31 @@ def _non_negative(value: float) -> float:
     return value
 
 
+class SchemaHint:
+    """What the JSON schema says of a value beyond pydantic's reading of its type: how
+    files and the CRD write it (a duration string, a quantity) rather than how it is held
+    in memory (seconds, bytes), and the checks the API server makes of it (the CRD is
+    generated from this schema by `mcpcache.operator.crd`). Validation is untouched."""
+
+    def __init__(self, **extra: Any) -> None:
+        self.extra = extra
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {**handler(schema), **self.extra}
+
+
+SERVER_DEFAULT: Final[JsonDict] = {"x-server-default": True}
+"""`json_schema_extra` of a field whose default the API server writes into the resource
+(as kubebuilder's `+kubebuilder:default` marker): the others stay unset when omitted."""
+
 Duration = Annotated[
     float,
     BeforeValidator(_duration),
     AfterValidator(_non_negative),
     PlainSerializer(format_duration, return_type=str),
+    SchemaHint(type="string", format="duration"),
 ]
 """Seconds in memory; a Go-style duration string in files."""
 
@@ -78,6 +102,7 @@ Quantity = Annotated[
     int,
     BeforeValidator(_quantity),
     PlainSerializer(format_quantity, return_type=str),
+    SchemaHint(type=["integer", "string"], format="quantity"),
 ]
 """Bytes in memory; a Kubernetes quantity string in files."""
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import fnmatch
 import functools
 import re
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
+    ConfigDict,
     Field,
     model_validator,
 )
@@ -23,9 +24,11 @@ from .fields import (
     MAX_SIZE_CEILING,
     MAX_TOOL_RULES,
     MAX_TTL_SECONDS,
+    SERVER_DEFAULT,
     Duration,
     Model,
     Quantity,
+    SchemaHint,
 )
 from .tools import ArgumentMatch, ToolRule
 
@@ -42,57 +45,127 @@ def _header_names(names: tuple[str, ...]) -> tuple[str, ...]:
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")
 
+_NEVER_IGNORED = (*DEFAULT_IDENTITY_HEADERS, *ALWAYS_KEYED_HEADERS)
+_NEVER_IGNORED_RULE = {
+    "rule": f"!self.exists(h, h.lowerAscii() in {list(_NEVER_IGNORED)!r})",
+    "message": "ignoreHeaders cannot name a header that carries identity or the protocol "
+    f"({', '.join(_NEVER_IGNORED)})",
+}
+"""`_identity_is_never_ignored` as the API server checks it (for the default identity
+headers; the model also refuses the server's own)."""
+
+
+def _header_list(most: int, *rules: dict[str, str]) -> SchemaHint:
+    """What the CRD checks of a header list beyond the model, which lowercases the names
+    and takes a repeated one once: header-name syntax in either case, no repeats."""
+    extra: dict[str, Any] = {
+        "maxItems": most,
+        "uniqueItems": True,
+        "items": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 128,
+            "pattern": "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
+        },
+    }
+    if rules:
+        extra["x-kubernetes-validations"] = list(rules)
+    return SchemaHint(**extra)
+
 
 class ServerCache(Model):
-    """Per-server caching policy, mirroring the MCPServer's `spec.cache`.
+    """Caching of this server's answers; off unless enabled is true.
 
-    The bounds are the CRD's too (a test runs one table of values through both)."""
+    The model of the MCPServer's `spec.cache`: the CRD's schema is generated from it
+    (`mcpcache.operator.crd`), field docstrings included, so they speak to the person
+    writing the resource."""
 
-    enabled: bool = False
-    ttl: Duration = Field(default=DEFAULT_TTL_SECONDS, gt=0, le=MAX_TTL_SECONDS)
-    max_size: Quantity = Field(default=DEFAULT_MAX_SIZE, ge=1)
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.ignoreHeaders) || !has(self.identityHeaders) || "
+                    "!self.ignoreHeaders.exists(h, self.identityHeaders.exists(i, "
+                    "i.lowerAscii() == h.lowerAscii()))",
+                    "message": "ignoreHeaders cannot name a header identityHeaders names: it "
+                    "carries identity and always stays in the key",
+                }
+            ]
+        }
+    )
+
+    enabled: bool = Field(default=False, json_schema_extra=SERVER_DEFAULT)
+    """Cache tools/call and resources/read answers of this server (opt-in)."""
+    ttl: Duration = Field(
+        default=DEFAULT_TTL_SECONDS, gt=0, le=MAX_TTL_SECONDS, json_schema_extra=SERVER_DEFAULT
+    )
+    """How long an answer is served from the cache, as a duration (30s, 5m, 1h30m); more
+    than 0s, at most 24h."""
+    max_size: Quantity = Field(default=DEFAULT_MAX_SIZE, ge=1, json_schema_extra=SERVER_DEFAULT)
+    """Integer or string: the largest response stored, in bytes (65536) or as a quantity
+    (64Ki, 256Ki, 1Mi); at least 1 byte. Values above 1Mi are clamped to 1Mi."""
     metadata_ttl: Duration | None = Field(
         default=None, alias="metadataTTL", gt=0, le=MAX_TTL_SECONDS
     )
-    """How long list results and `server/discover` are cached (per caller); unset: never."""
+    """Cache tools/list, prompts/list, resources/list, resources/templates/list and
+    server/discover per caller this long (shortened by the result's ttlMs); unset, they
+    are not cached. A duration, more than 0s, at most 24h."""
     stale_if_error: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
-    """How long past its TTL an entry may answer when the upstream fails; unset: never."""
+    """How long past its TTL an entry may answer when the upstream is unreachable, times
+    out or answers 5xx; unset, never. A duration, more than 0s, at most 24h."""
     stale_while_revalidate: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
-    """How long past its TTL an entry may answer at once while it is fetched again."""
+    """How long past its TTL an entry may answer at once while the sidecar fetches it
+    again in the background; unset, never. A duration, more than 0s, at most 24h."""
     age_note: bool = Field(default=False, strict=True)
-    """A hit's (or stale answer's) first text content item says how old it is: text is
-    the only part of a result sure to reach the model. The age is in `_meta` always."""
+    """An answer from the cache starts its content with a text item saying how old it is
+    (text is the only part sure to reach the model); its age is in the result's _meta
+    either way. Changes the result's bytes."""
     revalidate_sample: float = Field(default=0.0, ge=0.0, le=1.0, strict=True)
-    """The fraction of hits fetched again in the background, with the hit's own request,
-    and compared with the entry (a changed answer replaces it)."""
+    """The fraction of hits (0 to 1) fetched again in the background with the hit's own
+    request and compared with the entry; a changed answer replaces it. Counted in
+    mcpcache_revalidations_total."""
     only_read_only_tools: bool = Field(default=False, strict=True)
-    """Cache only tools the server's `tools/list` marks `readOnlyHint: true` (a rule with
-    `enabled: true` overrides); a tool the sidecar has not seen listed is not cached."""
+    """Cache only tools the server's tools/list marks readOnlyHint (a rule with enabled
+    true overrides); tools not yet listed are not cached."""
     tools: tuple[ToolRule, ...] = Field(default=(), max_length=MAX_TOOL_RULES)
-    identity_headers: Annotated[tuple[str, ...], AfterValidator(_header_names)] = (
-        DEFAULT_IDENTITY_HEADERS
-    )
-    """Headers whose values (hashed) separate one end user's entries from another's,
-    always, and that a request must send at most once."""
-    ignore_headers: Annotated[tuple[str, ...], AfterValidator(_header_names)] = Field(
-        default=(), max_length=MAX_IGNORED_HEADERS
-    )
-    """Forwarded request headers that do not change the answer (a per-request id, say),
-    left out of the key. Every other forwarded header is key material (fail closed)."""
+    """Per-tool rules; the first rule whose name glob matches the tool applies, otherwise
+    the server's settings."""
+    identity_headers: Annotated[
+        tuple[str, ...],
+        AfterValidator(_header_names),
+        _header_list(MAX_IGNORED_HEADERS),
+    ] = DEFAULT_IDENTITY_HEADERS
+    """Request headers that identify an end user (hashed into the key, each to be sent at
+    most once). Default authorization, proxy-authorization, cookie, x-api-key. Every
+    other forwarded header is key material as well unless ignoreHeaders names it."""
+    ignore_headers: Annotated[
+        tuple[str, ...],
+        AfterValidator(_header_names),
+        _header_list(MAX_IGNORED_HEADERS, _NEVER_IGNORED_RULE),
+    ] = Field(default=(), max_length=MAX_IGNORED_HEADERS)
+    """Forwarded request headers that never change the answer (a per-request id, say),
+    left out of the cache key. Every other forwarded header is key material (fail
+    closed); identity headers, mcp-session-id and mcp-protocol-version cannot be named."""
     ignore_set_cookie: bool = False
-    """Store answers that set a cookie (a load balancer's affinity cookie, say). The
-    cookie still reaches only the caller it was set for; it is never stored."""
+    """Store answers that set a cookie (a load balancer's affinity cookie, say) instead of
+    leaving them out of the cache. The cookie still reaches only the caller it was set
+    for; it is never stored. Default false."""
     fill_schema_defaults: bool = Field(default=False, strict=True)
-    """Key a call as if each omitted top-level argument had the default the tool's
-    `inputSchema` gives it, where the sidecar has read that default with certainty."""
+    """Key a call as if each omitted top-level argument had the default of the tool's
+    inputSchema (learned per caller from the tools/list answers that caller was shown,
+    forgotten when the tools change), so that an omitted argument and its explicit
+    default share an entry. Only defaults read with certainty (no $ref, no
+    anyOf/oneOf/allOf, ...) are used."""
     trust_public_hints: bool = Field(default=False, strict=True)
-    """Share among all callers a result the server marks `cacheScope: "public"` (the six
-    results that carry it); without it such results are kept per caller."""
+    """Share among all callers of the server a result the server marks cacheScope public
+    (tools/list, prompts/list, resources/list, resources/templates/list, resources/read,
+    server/discover). A result marked private is never shared."""
     session_scoped: bool = Field(default=False, strict=True)
-    """Keep each legacy session's entries apart (its `Mcp-Session-Id` is key material,
-    and its entries end with it): for a server that keeps per-session state a tool
-    reads, or binds a user to a session at `initialize`. Unset, a session is not an
-    identity: a new session of the same caller finds what an earlier one stored."""
+    """Keep each legacy session's entries apart (Mcp-Session-Id is then part of the cache
+    key and a session's entries end with it), for servers that keep per-session state a
+    tool reads or bind a user to a session at initialize. Default false; a new session
+    of the same caller (app id, identity headers, protocol version) finds what an
+    earlier session stored."""
 
     @model_validator(mode="after")
     def _identity_is_never_ignored(self) -> Self:

@@ -9,9 +9,28 @@ import math
 import unicodedata
 from typing import Annotated, Any, Final, Literal, Self
 
-from pydantic import AfterValidator, BeforeValidator, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    model_validator,
+)
 
-from .fields import MAX_RULE_NAMES, MAX_TTL_SECONDS, Duration, Glob, Model
+from .errors import problems, shown
+from .fields import (
+    MAX_GLOB_LENGTH,
+    MAX_RULE_NAMES,
+    MAX_TTL_SECONDS,
+    Duration,
+    Glob,
+    Model,
+    SchemaHint,
+)
 
 MAX_MATCHED_ARGUMENTS = 8
 """Arguments one `invalidates` entry may match on."""
@@ -26,11 +45,17 @@ def _distinct(values: tuple[Any, ...]) -> tuple[Any, ...]:
     return values
 
 
-Names = Annotated[tuple[Glob, ...], Field(max_length=MAX_RULE_NAMES), AfterValidator(_distinct)]
+Names = Annotated[
+    tuple[Glob, ...],
+    Field(max_length=MAX_RULE_NAMES),
+    AfterValidator(_distinct),
+    SchemaHint(uniqueItems=True),
+]
 ArgumentNames = Annotated[
     tuple[Glob, ...],
     Field(min_length=1, max_length=MAX_MATCHED_ARGUMENTS),
     AfterValidator(_distinct),
+    SchemaHint(uniqueItems=True),
 ]
 
 
@@ -108,65 +133,217 @@ def _short(value: Any) -> Any:
     return value
 
 
+def _scalar(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """One skipIf value, with a message that names what is allowed rather than each
+    type of the union pydantic tried."""
+    if isinstance(value, dict | list | tuple) or value is None:
+        raise ValueError(f"{shown(value)} is not allowed: {SKIP_VALUE_RULE}")
+    return handler(value)
+
+
+SKIP_VALUE_RULE: Final = "a skipIf value is a string, number or boolean, or a list of them"
+_SKIP_SCALAR = "({})".format(
+    " || ".join(f"type(v) == {t}" for t in ("string", "int", "uint", "double", "bool"))
+)
+_SKIP_TEXT = f"(type(v) != string || (size(v) >= 1 && size(v) <= {MAX_SKIP_VALUE_LENGTH}))"
+
 SkipValues = Annotated[
-    tuple[Annotated[SkipValue, AfterValidator(_short)], ...],
+    tuple[Annotated[SkipValue, WrapValidator(_scalar), AfterValidator(_short)], ...],
     BeforeValidator(_one_or_many),
     Field(min_length=1, max_length=MAX_SKIP_VALUES),
+    SchemaHint(
+        description="A value (string, number or boolean), or a list of them.",
+        **{
+            "x-kubernetes-preserve-unknown-fields": True,
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"[self].all(v, {_SKIP_SCALAR}) || (type(self) == list"
+                    f" && size(self) >= 1 && size(self) <= {MAX_SKIP_VALUES}"
+                    f" && self.all(v, {_SKIP_SCALAR}))",
+                    "message": f"{SKIP_VALUE_RULE} (1 to {MAX_SKIP_VALUES})",
+                },
+                {
+                    "rule": f"type(self) == list ? self.all(v, {_SKIP_TEXT})"
+                    f" : [self].all(v, {_SKIP_TEXT})",
+                    "message": f"a skipIf value has 1 to {MAX_SKIP_VALUE_LENGTH} characters",
+                },
+            ],
+        },
+    ),
 ]
 
 
 class ArgumentMatch(Model):
-    """An `invalidates` entry that removes only the entries of `tool` (a glob) whose
-    arguments named in `match` have the values the write was called with."""
+    """An invalidates entry that removes only the entries of tool (a glob) whose arguments
+    named in match have the values the write was called with."""
 
     tool: Glob
+    """A glob over the tool names whose entries are removed."""
     match: ArgumentNames
+    """The arguments (1 to 8) whose values must equal the write's own, compared as text,
+    case-insensitively."""
 
 
-Removal = Glob | ArgumentMatch
+REMOVAL_RULE: Final = "an invalidates entry is a tool glob, or an object {tool, match}"
+
+
+def _removal(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """One invalidates entry, with the problems of the form it was written in (a glob or
+    an object) rather than pydantic's attempt at each member of the union."""
+    if isinstance(value, dict):
+        try:
+            return ArgumentMatch.model_validate(value)
+        except ValidationError as exc:
+            raise ValueError("; ".join(problems(exc, ArgumentMatch))) from None
+    if not isinstance(value, str):
+        raise ValueError(f"{shown(value)} is not allowed: {REMOVAL_RULE}")
+    try:
+        return _GLOB.validate_python(value)
+    except ValidationError as exc:
+        raise ValueError("; ".join(problems(exc))) from None
+
+
+_GLOB: Final = TypeAdapter(Glob)
+
+
+def _is_glob(v: str) -> str:
+    """`Glob` in CEL, for where the CRD's schema cannot type it."""
+    return f"size({v}) >= 1 && size({v}) <= {MAX_GLOB_LENGTH} && !{v}.matches('[\\\\x00-\\\\x1f]')"
+
+
+_GLOB_RULE: Final = f"1 to {MAX_GLOB_LENGTH} characters, none of them a control character"
+_ONCE = "{0}.all(e, {0}.exists_one(x, x == e))"
+
+
+Removal = Annotated[
+    Glob | ArgumentMatch,
+    WrapValidator(_removal),
+    SchemaHint(
+        description="A tool glob, or an object {tool, match}.",
+        **{
+            "x-kubernetes-preserve-unknown-fields": True,
+            "x-kubernetes-validations": [
+                {
+                    "rule": "type(self) == string || (type(self) == map"
+                    " && self.all(k, k in ['tool', 'match']) && 'tool' in self && 'match' in self)",
+                    "message": f"{REMOVAL_RULE} (both fields given)",
+                },
+                {
+                    "rule": f"type(self) != string || ({_is_glob('self')})",
+                    "message": f"a tool glob has {_GLOB_RULE}",
+                },
+                {
+                    "rule": "type(self) != map || !('tool' in self) || (type(self.tool) == string"
+                    f" && {_is_glob('self.tool')})",
+                    "message": f"tool is a glob of {_GLOB_RULE}",
+                },
+                {
+                    "rule": "type(self) != map || !('match' in self) || (type(self.match) == list"
+                    f" && size(self.match) >= 1 && size(self.match) <= {MAX_MATCHED_ARGUMENTS}"
+                    f" && self.match.all(m, type(m) == string && {_is_glob('m')}))",
+                    "message": f"match lists 1 to {MAX_MATCHED_ARGUMENTS} argument names",
+                },
+                {
+                    "rule": "type(self) != map || !('match' in self) || type(self.match) != list"
+                    f" || {_ONCE.format('self.match')}",
+                    "message": "match must not name the same argument twice",
+                },
+            ],
+        },
+    ),
+]
 """What a write removes: every entry of the tools a glob matches, or only those with
 the write's own values of some arguments."""
+
+
+WRITES_ARE_NOT_CACHED: Final = (
+    "a tool that invalidates others changes state and cannot be cached: drop enabled: true"
+)
+ONLY_FOR_CACHED_TOOLS: Final = (
+    "skipIf and scope: public are for cached tools; this rule turns caching off"
+)
+_WRITES = "has(self.invalidates) && size(self.invalidates) > 0"
+_OFF = f"((has(self.enabled) && !self.enabled) || ({_WRITES}))"
+_FOR_CACHED = (
+    "((has(self.skipIf) && size(self.skipIf) > 0) || (has(self.scope) && self.scope == 'public'))"
+)
 
 
 class ToolRule(Model):
     """How one tool (or a family, by glob) is cached; the first matching rule applies."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"!(has(self.enabled) && self.enabled && {_WRITES})",
+                    "message": WRITES_ARE_NOT_CACHED,
+                },
+                {"rule": f"!({_OFF} && {_FOR_CACHED})", "message": ONLY_FOR_CACHED_TOOLS},
+            ]
+        }
+    )
+
     name: Glob
+    """A glob over tool names (*, ?, [...]), case-sensitive."""
     enabled: bool | None = Field(default=None, strict=True)
-    """Unset: the server's `enabled` (and `onlyReadOnlyTools`) decide."""
+    """Cache the matching tools; when unset, the server's enabled and onlyReadOnlyTools
+    decide."""
     ttl: Duration | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
-    """Unset: the server's `ttl`."""
+    """How long the matching tools' answers are served, as a duration (more than 0s, at
+    most 24h); when unset, the server's ttl."""
     ignore_arguments: Names = ()
-    """Top-level arguments left out of the key (request ids, nonces): calls that differ
-    only in them share an entry. The caller and the credential always stay in the key."""
+    """Top-level arguments left out of the cache key (request ids, nonces): calls that
+    differ only in them share an entry. The caller and its credentials always stay in the
+    key."""
     invalidates: Annotated[
-        tuple[Removal, ...], Field(max_length=MAX_RULE_NAMES), AfterValidator(_distinct)
+        tuple[Removal, ...],
+        Field(max_length=MAX_RULE_NAMES),
+        AfterValidator(_distinct),
+        SchemaHint(
+            **{
+                "x-kubernetes-validations": [
+                    {
+                        "rule": _ONCE.format("self"),
+                        "message": "invalidates must not name the same entry twice",
+                    }
+                ]
+            }
+        ),
     ] = ()
-    """What a successful call of this tool removes, for every caller: the entries of the
-    tools a glob matches, or (`{tool, match}`) only those with the call's own values of
-    the named arguments. Such a tool writes: it is never cached itself."""
+    """What a successful call of these tools removes, for every caller: a glob of tools
+    (all their entries), or {tool, match} (a glob and up to 8 argument names: only the
+    entries with the call's own values of those arguments, compared as text,
+    case-insensitively). Such tools are never cached."""
     skip_if: Annotated[
         dict[Annotated[str, Field(min_length=1, max_length=128)], SkipValues],
         Field(max_length=MAX_SKIP_ARGUMENTS),
+        SchemaHint(
+            **{
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "self.all(k, size(k) >= 1 && size(k) <= 128)",
+                        "message": "a skipIf argument name has 1 to 128 characters",
+                    }
+                ]
+            }
+        ),
     ] = Field(default_factory=dict)
-    """Argument values that send a call upstream uncached (`{version: latest}`, or a list
-    of values): answers that are out of date as soon as they are given."""
+    """Argument values that send a call upstream uncached ({version: latest}, or a list of
+    values), compared as text, case-insensitively: answers out of date as soon as they
+    are given."""
     scope: Literal["private", "public"] = "private"
-    """`public`: one entry answers every caller of the server (the operator's permission
-    that the answer depends on the arguments alone); the identity headers and the
-    legacy session leave the key."""
+    """public lets one entry answer every caller of this server, on your word that the
+    answer depends on the arguments alone (the identity headers and the legacy session
+    leave the key; the tool, its arguments, the protocol version and every other keyed
+    header stay). Default private."""
 
     @model_validator(mode="after")
     def _writes_are_not_cached(self) -> Self:
         if self.enabled and self.invalidates:
-            raise ValueError(
-                "a tool that invalidates others changes state and cannot be cached: "
-                "drop enabled: true"
-            )
+            raise ValueError(WRITES_ARE_NOT_CACHED)
         if (self.enabled is False or self.invalidates) and (self.skip_if or self.scope == "public"):
-            raise ValueError(
-                "skipIf and scope: public are for cached tools; this rule turns caching off"
-            )
+            raise ValueError(ONLY_FOR_CACHED_TOOLS)
         return self
 
     @functools.cached_property

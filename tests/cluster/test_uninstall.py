@@ -41,6 +41,8 @@ def test_helm_uninstall_leaves_only_what_readme_says_it_leaves(
         ).stdout.split()
     )
     assert in_namespace - BUILT_IN == {LEASE}
-    # What the uninstall page says stays: the CRD and each namespace's ConfigMap.
+    # What the uninstall page says stays: the CRD, its admission policy and each
+    # namespace's ConfigMap.
     node.run_kubectl("get", "crd", "mcpservers.mcpcache.io")
+    node.run_kubectl("get", "validatingadmissionpolicy", "mcpservers.mcpcache.io")
     node.run_kubectl("get", "configmap", "mcpcache-servers", "-n", AGENTS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -156,7 +158,8 @@ def test_kubectl_explain_describes_the_int_or_string_max_size(control_plane, crd
 
 
 def spec_fields() -> list[tuple[str, str]]:
-    """(path as kubectl explain takes it, description) of every field under spec."""
+    """(path as kubectl explain takes it, description) of every field under spec and
+    status."""
     schema = yaml.safe_load(CRD.read_text())["spec"]["versions"][0]["schema"]
     found: list[tuple[str, str]] = []
 
@@ -166,10 +169,11 @@ def spec_fields() -> list[tuple[str, str]]:
             walk(child.get("items", child), f"{path}.{name}")
 
     walk(schema["openAPIV3Schema"]["properties"]["spec"], "mcps.spec")
+    walk(schema["openAPIV3Schema"]["properties"]["status"], "mcps.status")
     return found
 
 
-def test_kubectl_explain_describes_every_field_of_the_spec(control_plane, crd) -> None:
+def test_kubectl_explain_describes_every_field_of_the_spec_and_status(control_plane, crd) -> None:
     for path, description in spec_fields():
         out = explain(control_plane, path)
         assert " ".join(description.split()) in " ".join(out.split()), path
@@ -198,7 +202,10 @@ def test_kubectl_shows_the_printer_columns_and_short_name(control_plane, namespa
         ({"name": "a", "ignoreArguments": ["id", "id"]}, "spec.cache.tools[0].ignoreArguments"),
         ({"name": "a\n"}, "spec.cache.tools[0].name"),
         ({"name": "a", "scope": "everyone"}, "spec.cache.tools[0].scope"),
-        ({"name": "a", "enabled": False, "scope": "public"}, "scope public is for cached tools"),
+        (
+            {"name": "a", "enabled": False, "scope": "public"},
+            "skipIf and scope: public are for cached tools; this rule turns caching off",
+        ),
         ({"name": "a", "skipIf": {f"v{i}": "x" for i in range(17)}}, "spec.cache.tools[0].skipIf"),
     ],
 )
@@ -245,28 +252,79 @@ def test_valid_tool_rules_are_accepted_by_both_as_written(control_plane, namespa
 
 
 @pytest.mark.parametrize(
-    "rule",
+    ("rule", "complaint"),
     [
-        {"name": "a", "invalidates": [""]},
-        {"name": "a", "enabled": True, "invalidates": ["b"]},
-        {"name": "a", "invalidates": [{"tool": "b"}]},
-        {"name": "a", "invalidates": [7]},
-        {"name": "a", "skipIf": {"v": {"deep": 1}}},
-        {"name": "a", "invalidates": ["b"], "skipIf": {"v": "latest"}},
+        ({"name": "a", "invalidates": [""]}, "a tool glob has 1 to 128 characters"),
+        (
+            {"name": "a", "enabled": True, "invalidates": ["b"]},
+            "a tool that invalidates others changes state and cannot be cached: drop enabled: true",
+        ),
+        (
+            {"name": "a", "invalidates": [{"tool": "b"}]},
+            "an invalidates entry is a tool glob, or an object {tool, match} (both fields given)",
+        ),
+        (
+            {"name": "a", "invalidates": [{"tool": "b", "match": ["x"], "also": 1}]},
+            "an invalidates entry is a tool glob, or an object {tool, match}",
+        ),
+        (
+            {"name": "a", "invalidates": [7]},
+            "an invalidates entry is a tool glob, or an object {tool, match}",
+        ),
+        (
+            {"name": "a", "invalidates": [{"tool": "b", "match": []}]},
+            "match lists 1 to 8 argument names",
+        ),
+        (
+            {"name": "a", "invalidates": [{"tool": "", "match": ["id"]}]},
+            "tool is a glob of 1 to 128 characters",
+        ),
+        (
+            {"name": "a", "skipIf": {"v": {"deep": 1}}},
+            "a skipIf value is a string, number or boolean, or a list of them (1 to 32)",
+        ),
+        (
+            {"name": "a", "skipIf": {"v": [["x"]]}},
+            "a skipIf value is a string, number or boolean, or a list of them (1 to 32)",
+        ),
+        ({"name": "a", "skipIf": {"v": ""}}, "a skipIf value has 1 to 256 characters"),
+        ({"name": "a", "skipIf": {"": "x"}}, "a skipIf argument name has 1 to 128 characters"),
+        (
+            {"name": "a", "invalidates": ["b", "b"]},
+            "invalidates must not name the same entry twice",
+        ),
+        (
+            {"name": "a", "invalidates": [{"tool": "b", "match": ["id", "id"]}]},
+            "match must not name the same argument twice",
+        ),
+        (
+            {"name": "a", "invalidates": ["b\u0001"]},
+            "a tool glob has 1 to 128 characters, none of them a control character",
+        ),
+        (
+            {"name": "a", "invalidates": ["b"], "skipIf": {"v": "latest"}},
+            "skipIf and scope: public are for cached tools; this rule turns caching off",
+        ),
     ],
 )
-def test_entries_the_schema_cannot_type_are_refused_by_the_operator(
-    control_plane, namespace, rule
+def test_bad_invalidates_and_skip_if_entries_are_refused_at_admission_in_words(
+    control_plane, namespace, rule, complaint
 ) -> None:
     """`invalidates` entries (a glob or an object) and `skipIf` values (one or a list)
-    are unions the API server's schema cannot check with CEL; the operator's model does,
-    and an MCPServer holding one is reported InvalidSpec instead of configured."""
+    are unions a structural schema cannot type; CEL rules generated with the config
+    model check them, so a bad entry is refused when it is applied, with the model's
+    own words, and the model refuses it too."""
     objects = client.CustomObjectsApi(control_plane.api_client())
     body = mcpserver("loose", enabled=True, tools=[rule])
-    created = objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
-    effective = resolve_server(created["metadata"]["name"], created["spec"])
-    assert effective.server is None
-    assert effective.error
+    with pytest.raises(ApiException) as refused:
+        objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    assert refused.value.status == 422
+    message = json.loads(refused.value.body)["message"]
+    assert complaint in message
+    assert re.search(r"spec\.cache\.tools\[\][^ ]* of rule a: ", message), message
+    assert not re.search(r"constrained-str|ArgumentMatch|\.(bool|int|float|str)\b", message)
+    with pytest.raises(ValidationError):
+        ServerCache.model_validate({"tools": [rule]})
 
 
 def test_age_note_and_revalidate_sample_reach_the_config_model_as_written(
@@ -288,6 +346,10 @@ def test_age_note_and_revalidate_sample_reach_the_config_model_as_written(
         ({"ignoreHeaders": ["mcp-session-id"]}, "ignoreHeaders cannot name"),
         ({"ignoreHeaders": ["x request id"]}, "spec.cache.ignoreHeaders[0]"),
         ({"identityHeaders": ["x-a", "x-a"]}, "spec.cache.identityHeaders"),
+        (
+            {"identityHeaders": ["x-tenant"], "ignoreHeaders": ["X-Tenant"]},
+            "spec.cache: ignoreHeaders cannot name a header identityHeaders names",
+        ),
     ],
 )
 def test_header_lists_are_refused_by_the_crd_and_the_config_model_alike(
@@ -317,3 +379,57 @@ def test_header_lists_are_accepted_by_both_as_written(control_plane, namespace) 
     assert created["spec"]["cache"]["ignoreHeaders"] == ["X-Request-Id"]
     model = ServerCache.model_validate(created["spec"]["cache"])
     assert model.ignore_headers == ("x-request-id",)
+
+
+def test_an_object_stored_before_the_policy_can_still_be_labelled_but_not_respecified_badly(
+    control_plane, namespace
+) -> None:
+    """The admission policy checks creates and spec changes only: an MCPServer stored
+    before it existed (here: while its binding is away) keeps taking metadata changes,
+    the operator's InvalidSpec message for it says the same in words; a new bad spec is
+    refused."""
+    admission = client.AdmissionregistrationV1Api(control_plane.api_client())
+    objects = client.CustomObjectsApi(control_plane.api_client())
+    name = f"{RESOURCE_PLURAL}.{RESOURCE_GROUP}"
+    binding = admission.read_validating_admission_policy_binding(name)
+    bad = mcpserver("older", enabled=True, tools=[{"name": "a", "invalidates": [7]}])
+    admission.delete_validating_admission_policy_binding(name)
+    try:
+
+        def admitted() -> bool:
+            try:
+                objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, bad)
+            except ApiException:
+                return False
+            return True
+
+        wait_until(admitted, 30, "the bad MCPServer admitted without the policy's binding")
+    finally:
+        binding.metadata = client.V1ObjectMeta(name=name, labels=binding.metadata.labels)
+        admission.create_validating_admission_policy_binding(binding)
+    again = mcpserver("probe", enabled=True, tools=[{"name": "a", "invalidates": [7]}])
+
+    def refused_again() -> bool:
+        try:
+            objects.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, again, dry_run="All"
+            )
+        except ApiException as refused:
+            return refused.status == 422
+        return False
+
+    wait_until(refused_again, 30, "the policy in effect again")
+    labelled = objects.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "older", {"metadata": {"labels": {"team": "a"}}}
+    )
+    assert labelled["metadata"]["labels"] == {"team": "a"}
+    reported = resolve_server("older", labelled["spec"]).error
+    assert reported == (
+        "spec.cache.tools[0].invalidates[0]: 7 is not allowed: an invalidates entry is a tool "
+        "glob, or an object {tool, match}"
+    )
+    with pytest.raises(ApiException) as refused:
+        objects.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "older", {"spec": {"cache": {"ttl": "1m"}}}
+        )
+    assert "an invalidates entry is a tool glob, or an object {tool, match}" in refused.value.body

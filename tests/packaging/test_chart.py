@@ -96,8 +96,9 @@ def by_kind(documents: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return found
 
 
-def test_the_chart_crd_is_the_top_level_crd() -> None:
-    assert filecmp.cmp(CHART / "crds" / CRD.name, CRD, shallow=False)
+def test_the_chart_crds_are_the_top_level_crds() -> None:
+    for path in CRD.parent.iterdir():
+        assert filecmp.cmp(CHART / "crds" / path.name, path, shallow=False)
 
 
 @pytest.mark.parametrize("custom", [False, True], ids=["default", "non-default"])
@@ -351,6 +352,9 @@ def test_helm_install_upgrade_renewal_and_uninstall(control_plane) -> None:
     rbac = client.RbacAuthorizationV1Api(api)
     admission = client.AdmissionregistrationV1Api(api)
     fullname = f"{release}-mcpcache"
+    # The chart's crds/ holds the CRD's admission policy too: Helm creates it with the CRD.
+    policy = admission.read_validating_admission_policy("mcpservers.mcpcache.io")
+    assert policy.spec.validations
 
     def tls() -> tuple[dict[str, str], bytes]:
         secret = core.read_namespaced_secret(

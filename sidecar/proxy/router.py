@@ -34,6 +34,7 @@ from ..metrics import Metrics
 from ..rules.key.callers import extra_keyed_headers
 from ..rules.lookup import Hit, ReadTier, StepAside, TierState, choose
 from ..rules.policy.plan import Bypass, Lookup, plan
+from ..rules.protocol.asked import Asked
 from ..rules.protocol.messages import Message, method_label
 from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamClient
@@ -107,16 +108,10 @@ class Proxy:
             return await self._pass(incoming, server, Bypass("method"))
         raw = await incoming.read_body(config.max_request_bytes)
         message = await incoming.message(raw)
-        decision = plan(
-            server,
-            message,
-            incoming.headers,
-            incoming.raw_headers,
-            config.app_id,
-            self.hints,
-            incoming.query,
-            self.sessions.bound(server, incoming.headers, incoming.query),
-        )
+        headers, query = incoming.headers, incoming.query
+        bound = self.sessions.bound(server, headers, query)
+        asked = Asked(server, message, headers, incoming.raw_headers, query, bound)
+        decision = plan(asked, config.app_id, self.hints)
         method = method_label(message.method)
         verified = isinstance(decision, Lookup) and self.accepted.accepted(
             decision.scope, decision.context

@@ -4,7 +4,7 @@ once it knows the request is looked up and who is asking. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
 import orjson
@@ -25,6 +25,7 @@ from ..key.callers import (
     anyone_identity,
     public_keyed,
 )
+from ..protocol.asked import Asked
 from ..protocol.messages import METADATA_METHODS, Message
 from ..reading.arguments import arguments_of
 
@@ -56,17 +57,9 @@ class Keys(NamedTuple):
     """The params `key` was made of."""
 
 
-def request_keys(
-    server: Server,
-    message: Message,
-    call: Call,
-    caller: Caller,
-    headers: Mapping[str, str],
-    raw_headers: Sequence[tuple[str, str]],
-    app_id: str,
-    query: str,
-) -> Keys | None:
+def request_keys(asked: Asked, call: Call, caller: Caller, app_id: str) -> Keys | None:
     """The request's keys; None when it is nested deeper than a key can be written."""
+    server, message, headers, raw_headers, query, _ = asked
     cache, rule, method = server.cache, call.rule, message.method
     assert method is not None
     keyed, who = caller

@@ -11,7 +11,7 @@ sidecar has learned of the server's tools. The proxy asks; what an answer allows
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -29,6 +29,7 @@ from ..key.callers import (
     unambiguous_caller,
 )
 from ..learned_tools import LearnedTools
+from ..protocol.asked import Asked
 from ..protocol.messages import CACHEABLE_METHODS, METADATA_METHODS, REQUEST_STATE_PARAMS, Message
 from ..reading.arguments import arguments_of, doubtful
 from .arguments import read_arguments, skipped, with_defaults
@@ -143,40 +144,26 @@ def learns_tools(server: Server, message: Message) -> bool:
     return message.method == "tools/list" and server.cache.enabled
 
 
-def plan(
-    server: Server,
-    message: Message,
-    headers: Mapping[str, str],
-    raw_headers: Sequence[tuple[str, str]],
-    app_id: str,
-    hints: LearnedTools | None = None,
-    query: str = "",
-    bound_session: bool = False,
-) -> Bypass | Lookup:
+def plan(asked: Asked, app_id: str, hints: LearnedTools | None = None) -> Bypass | Lookup:
     """Look this request up, and under which key, or forward it untouched (and what it
     removes once it answers, when it may write): why it is never looked up, then who is
-    asking, its keys, and how long and where its answer is kept.
-
-    `query` is the request's query string: the upstream sees it, so the key holds it.
-    `bound_session`: its legacy session is keyed, as on a `sessionScoped` server (one
-    not opened here by exactly this request's keyed headers and query: `upstream.sessions`)."""
+    asking, its keys, and how long and where its answer is kept."""
+    server, message = asked.server, asked.message
     reason = bypass_reason(server, message)
     if reason is not None and reason == message.doubt:
         return Bypass(reason, doubtful_writes(server, message, tool_rule(server, message)))
     call = Call(tool_rule(server, message) if server.cache.tools else None, None, {}, None)
     if reason is None and message.method == "tools/call":
-        reason, call = _tool_call(
-            server, message, call.rule, headers, raw_headers, hints, query, bound_session
-        )
+        reason, call = _tool_call(asked, call.rule, hints)
     if reason is not None:
-        return _bypass(
-            server, message, reason, call.rule, headers, raw_headers, query, bound_session
-        )
+        return _bypass(asked, reason, call.rule)
     try:
-        caller = call.caller or caller_of(server, headers, raw_headers, bound_session)
+        caller = call.caller or caller_of(
+            server, asked.headers, asked.raw_headers, asked.bound_session
+        )
     except RequestRefused:
         return Bypass("ambiguous_headers")
-    keyed = request_keys(server, message, call, caller, headers, raw_headers, app_id, query)
+    keyed = request_keys(asked, call, caller, app_id)
     if keyed is None:
         # Nested deeper than a key can be written. (A write never gets here: its rule
         # made it a `tool_rule` bypass.)
@@ -185,10 +172,10 @@ def plan(
     # Worked out only where it is read: by a listing that teaches, and where entries
     # for every caller may be (the contexts the upstream answered count there).
     learns, shares = learns_tools(server, message), server.cache.shares_entries
-    context = context_of(caller, query) if learns or shares else ""
+    context = context_of(caller, asked.query) if learns or shares else ""
     learner = context if learns else None
     accepting = context if shares else ""
-    session = entry_session(server, headers, keyed.keyed)
+    session = entry_session(server, asked.headers, keyed.keyed)
     return Lookup(
         keyed.key, ttl, scope, session, keyed.keyed, keyed.public_key, learner, accepting,
         keyed.named_key,
@@ -196,19 +183,13 @@ def plan(
 
 
 def _tool_call(
-    server: Server,
-    message: Message,
-    rule: ToolRule | None,
-    headers: Mapping[str, str],
-    raw_headers: Sequence[tuple[str, str]],
-    hints: LearnedTools | None,
-    query: str,
-    bound_session: bool,
+    asked: Asked, rule: ToolRule | None, hints: LearnedTools | None
 ) -> tuple[BypassReason | None, Call]:
     """Why a call of this tool is not looked up (its rule, its server's hints, an
     argument read in doubt, a `skipIf` value), or None; and the call as it is keyed,
     with the defaults learned for its caller filled in."""
-    cache, params = server.cache, message.params
+    server = asked.server
+    cache, params = server.cache, asked.message.params
     tool: str = params["name"]
     call = Call(rule, tool, params, None)
     reason: BypassReason | None = None
@@ -216,10 +197,10 @@ def _tool_call(
         reason = tool_bypass(server, rule, tool, hints or LearnedTools())
     defaults: Mapping[str, object] = {}
     if reason is None and cache.fill_schema_defaults and hints is not None:
-        caller = unambiguous_caller(server, headers, raw_headers, bound_session)
+        caller = _unambiguous_caller(asked)
         if caller is not None:
             call = call._replace(caller=caller)
-            defaults = hints.defaults(server.name, context_of(caller, query), tool)
+            defaults = hints.defaults(server.name, context_of(caller, asked.query), tool)
     if reason is not None:
         return reason, call
     if (rule is not None or defaults or cache.tools) and doubtful(
@@ -234,26 +215,21 @@ def _tool_call(
     return None, call
 
 
-def _bypass(
-    server: Server,
-    message: Message,
-    reason: BypassReason,
-    rule: ToolRule | None,
-    headers: Mapping[str, str],
-    raw_headers: Sequence[tuple[str, str]],
-    query: str,
-    bound_session: bool,
-) -> Bypass:
+def _bypass(asked: Asked, reason: BypassReason, rule: ToolRule | None) -> Bypass:
     """A request forwarded untouched, with what it removes once it answers (a declared
     writer no rule speaks for drops everything of its server) and, for a listing the
     policy learns from, whom it teaches."""
+    message = asked.message
     invalidates = (EVERY_ENTRY,) if reason == "declared_writer" else writes(rule, message)
     listener = None
-    if learns_tools(server, message):
-        listener = unambiguous_caller(server, headers, raw_headers, bound_session)
-    return Bypass(
-        reason, invalidates, context_of(listener, query) if listener is not None else None
-    )
+    if learns_tools(asked.server, message):
+        listener = _unambiguous_caller(asked)
+    learner = context_of(listener, asked.query) if listener is not None else None
+    return Bypass(reason, invalidates, learner)
+
+
+def _unambiguous_caller(asked: Asked) -> Caller | None:
+    return unambiguous_caller(asked.server, asked.headers, asked.raw_headers, asked.bound_session)
 
 
 def context_of(caller: Caller, query: str) -> str:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from mcpcache.sidecar.config import ConfigError, Server, parse_config
 from mcpcache.sidecar.rules.key import callers
 from mcpcache.sidecar.rules.policy.plan import Lookup, plan
+from mcpcache.sidecar.rules.protocol.asked import Asked
 from mcpcache.sidecar.rules.protocol.messages import read_message
 from mcpcache.sidecar.rules.reading.headers import NOT_KEY_MATERIAL, forwarded
 from peers.clients import call_body, call_headers, http_client, unique
@@ -163,7 +164,7 @@ _MESSAGE = read_message(
 
 
 def _key(headers: dict[str, str], server: Server = _SERVER) -> str:
-    decided = plan(server, _MESSAGE, headers, tuple(headers.items()), "app")
+    decided = plan(Asked.of(server, _MESSAGE, headers), "app")
     assert isinstance(decided, Lookup)
     return decided.key
 

@@ -24,6 +24,7 @@ from mcpcache.sidecar.rules.learned_tools import (
     listing_ttl,
 )
 from mcpcache.sidecar.rules.policy.plan import Bypass, Lookup, plan, public_side
+from mcpcache.sidecar.rules.protocol.asked import Asked
 from mcpcache.sidecar.rules.protocol.messages import Message, read_message
 from mcpcache.sidecar.rules.protocol.results import Verdict
 
@@ -51,7 +52,7 @@ def planned(
     s: Server, message: Message, headers: dict[str, str], hints: LearnedTools | None = None
 ):
     headers = {**PROTOCOL, **headers}
-    return plan(s, message, headers, list(headers.items()), "app", hints)
+    return plan(Asked.of(s, message, headers), "app", hints)
 
 
 @pytest.mark.parametrize(
@@ -289,10 +290,10 @@ def test_ambiguous_headers_neither_learn_nor_fill_nor_look_up() -> None:
     s = server(fillSchemaDefaults=True)
     twice = [("authorization", "a"), ("authorization", "b"), *PROTOCOL.items()]
     message = Message({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
-    listing_plan = plan(s, message, dict(twice), twice, "app", LearnedTools())
+    listing_plan = plan(Asked(s, message, dict(twice), twice), "app", LearnedTools())
     assert isinstance(listing_plan, Bypass)
     assert listing_plan.learner is None
-    decided = plan(s, call("search", {"q": "x"}), dict(twice), twice, "app", LearnedTools())
+    decided = plan(Asked(s, call("search", {"q": "x"}), dict(twice), twice), "app", LearnedTools())
     assert decided == Bypass("ambiguous_headers")
 
 
@@ -335,7 +336,7 @@ def test_a_public_key_keeps_every_copy_of_a_repeated_header() -> None:
     s = server(trustPublicHints=True, tools=[{"name": "search", "scope": "public"}])
     for message in (read("doc://x"), call("search", {})):
         twice = [("x-variant", "a"), ("x-variant", "b"), *PROTOCOL.items()]
-        alice = plan(s, message, {**PROTOCOL, "x-variant": "b"}, twice, "app")
+        alice = plan(Asked(s, message, {**PROTOCOL, "x-variant": "b"}, twice), "app")
         bob = planned(s, message, {"x-variant": "b"})
         assert isinstance(alice, Lookup)
         assert isinstance(bob, Lookup)
@@ -443,9 +444,7 @@ def test_a_public_rule_keeps_callers_apart_when_the_protocol_version_is_unknown(
     s = server(tools=[{"name": "search", "scope": "public"}])
     old = {"authorization": "a", "mcp-session-id": "negotiated-2024-11-05"}
     new = {"authorization": "b", "mcp-session-id": "negotiated-2025-03-26"}
-    keys = [
-        plan(s, call("search", {"q": "x"}), h, list(h.items()), "app", None) for h in (old, new)
-    ]
+    keys = [plan(Asked.of(s, call("search", {"q": "x"}), h), "app") for h in (old, new)]
     assert all(isinstance(k, Lookup) for k in keys)
     assert keys[0].key != keys[1].key  # type: ignore[union-attr]
     with_version = planned(s, call("search", {"q": "x"}), {"authorization": "a"})
@@ -502,7 +501,7 @@ def test_params_by_position_are_their_own_bypass() -> None:
 def test_the_key_for_every_caller_names_the_server_the_method_the_app_and_the_arguments() -> None:
     def public_key(s: Server, message: Message, app: str = "app") -> str:
         headers = {**PROTOCOL, "authorization": "alice"}
-        lookup = plan(s, message, headers, list(headers.items()), app)
+        lookup = plan(Asked.of(s, message, headers), app)
         assert isinstance(lookup, Lookup)
         assert lookup.public_key
         return lookup.public_key

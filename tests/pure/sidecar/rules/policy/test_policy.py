@@ -13,6 +13,7 @@ from mcpcache.sidecar.rules.invalidation.removals import EVERY_ENTRY
 from mcpcache.sidecar.rules.key.cache_key import session_scope
 from mcpcache.sidecar.rules.learned_tools import LearnedTools
 from mcpcache.sidecar.rules.policy.plan import Bypass, Lookup, plan
+from mcpcache.sidecar.rules.protocol.asked import Asked
 from mcpcache.sidecar.rules.protocol.messages import Message
 from mcpcache.sidecar.rules.protocol.results import Verdict
 
@@ -34,7 +35,7 @@ def planned(
     app: str = "agent",
     hints: LearnedTools | None = None,
 ) -> Any:
-    return plan(server, message, headers, list(headers.items()), app, hints)
+    return plan(Asked.of(server, message, headers), app, hints)
 
 
 def test_a_cacheable_call_is_looked_up_under_a_key() -> None:
@@ -226,7 +227,7 @@ def test_every_forwarded_header_is_keyed_unless_it_cannot_change_the_answer() ->
 def test_routing_headers_sent_twice_are_never_looked_up() -> None:
     message = request(name="t", arguments={})
     raw = [("mcp-name", "t"), ("mcp-name", "other")]
-    decided = plan(server(), message, {"mcp-name": "t, other"}, raw, "agent")
+    decided = plan(Asked(server(), message, {"mcp-name": "t, other"}, raw), "agent")
     assert decided == Bypass("ambiguous_headers")
 
 

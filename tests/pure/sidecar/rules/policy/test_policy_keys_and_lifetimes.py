@@ -16,6 +16,7 @@ from mcpcache.sidecar.rules.invalidation.writes import write_happened
 from mcpcache.sidecar.rules.key import callers
 from mcpcache.sidecar.rules.key.cache_key import cache_key, secret_digest, session_scope
 from mcpcache.sidecar.rules.policy.plan import Bypass, Lookup, plan, tool_rule
+from mcpcache.sidecar.rules.protocol.asked import Asked
 from mcpcache.sidecar.rules.protocol.messages import Message, read_message
 from mcpcache.sidecar.rules.protocol.results import Verdict
 
@@ -31,7 +32,7 @@ def request(method: str = "tools/call", raw: bytes = b"", **params: Any) -> Mess
 
 
 def planned(message: Message, headers: dict[str, str], on: Server | None = None) -> Any:
-    return plan(on or server(), message, headers, list(headers.items()), "agent")
+    return plan(Asked.of(on or server(), message, headers), "agent")
 
 
 def test_a_task_request_is_never_looked_up_and_numbers_are_keyed_as_spelt() -> None:
@@ -113,7 +114,7 @@ def test_the_server_and_the_method_split_the_key() -> None:
 
 def test_an_ambiguous_credential_is_never_looked_up() -> None:
     raw = [("authorization", "Bearer a"), ("authorization", "Bearer b")]
-    decided = plan(server(), request(name="t"), {"authorization": "Bearer a"}, raw, "agent")
+    decided = plan(Asked(server(), request(name="t"), {"authorization": "Bearer a"}, raw), "agent")
     assert decided == Bypass("ambiguous_headers")
     assert decided.detail == "ambiguous-headers"
 

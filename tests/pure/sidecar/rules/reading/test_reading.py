@@ -15,6 +15,7 @@ from mcpcache.sidecar.rules.invalidation.removals import argument_digests, remov
 from mcpcache.sidecar.rules.key.cache_key import cache_key
 from mcpcache.sidecar.rules.policy.arguments import skipped
 from mcpcache.sidecar.rules.policy.plan import Bypass, Lookup, plan
+from mcpcache.sidecar.rules.protocol.asked import Asked
 from mcpcache.sidecar.rules.protocol.messages import read_message
 from mcpcache.sidecar.rules.reading.arguments import doubtful
 from mcpcache.sidecar.rules.reading.body import (
@@ -303,7 +304,7 @@ _RULES = Server.model_validate(
 
 
 def _plan(message: Any) -> Bypass | Lookup:
-    return plan(_RULES, message, {}, (), "app")
+    return plan(Asked(_RULES, message, {}, ()), "app")
 
 
 def test_a_free_form_argument_object_with_case_variant_names_is_cached_and_keyed_whole() -> None:
@@ -357,8 +358,8 @@ def test_a_body_whose_tool_is_in_doubt_drops_everything_the_servers_rules_reach(
 def test_a_query_string_and_members_beyond_json_rpc_are_key_material() -> None:
     message = _message(b'{"doc":"a"}')
     plain = _plan(message)
-    queried = plan(_RULES, message, {}, (), "app", None, "api_key=1")
-    other = plan(_RULES, message, {}, (), "app", None, "api_key=2")
+    queried = plan(Asked(_RULES, message, {}, (), "api_key=1"), "app")
+    other = plan(Asked(_RULES, message, {}, (), "api_key=2"), "app")
     extra = _plan(
         read_message(
             b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get",'

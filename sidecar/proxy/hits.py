@@ -83,4 +83,4 @@ class Hits:
             self.coalescer.start(
                 plan.key, recheck.run, leader=False, joinable=True, keep_going=True
             )
-        return HitResponse.of(entry, message.id, self.cache.timer())
+        return HitResponse.of(entry, message.id, self.cache.timer(), token=message.progress_token)

@@ -160,7 +160,8 @@ class Proxy:
             if entry is not None:
                 self.metrics.count(server.name, method, "hit")
                 self.metrics.saved(server.name, entry.fetch_seconds)
-                return HitResponse.of(entry, message.id, self.cache.timer(), from_tier=True)
+                token = message.progress_token
+                return HitResponse.of(entry, message.id, self.cache.timer(), True, token)
         extra = extra_keyed_headers(server, decision.keyed)
         if extra:
             self.metrics.count_keyed_headers(server.name, extra)
@@ -194,12 +195,13 @@ class Proxy:
         age = max(0.0, tier.clock() - value.stored_at)
         copy = (value.result, value.event_stream, remaining)
         keep, ttl_at, scope = server.cache.keep_stale, value.ttl_at, plan.scope
-        took = value.fetch_seconds
+        took, notes = value.fetch_seconds, value.notes
         entry = self.cache.store(
             plan.key, *copy, keep_stale=keep, ttl_at=ttl_at, age=age, scope=scope,
-            fetch_seconds=took,
+            fetch_seconds=took, notes=notes,
         ) or self.cache.make_entry(  # larger than the whole memory budget: served, not kept
-            *copy, keep_stale=keep, ttl_at=ttl_at, age=age, scope=scope, fetch_seconds=took
+            *copy, keep_stale=keep, ttl_at=ttl_at, age=age, scope=scope, fetch_seconds=took,
+            notes=notes,
         )  # fmt: skip
         return entry, found
 
@@ -247,8 +249,9 @@ class Proxy:
                     session=request.session,
                 )
             self.metrics.count(server.name, request.method, "stale")
+            message = request.message
             return HitResponse.stale(
-                stale, request.message.id, now, cache_status.STALE_WHILE_REVALIDATE
+                stale, message.id, now, cache_status.STALE_WHILE_REVALIDATE, message.progress_token
             )
         flight = self.coalescer.joinable(key)
         if flight is not None:
@@ -276,7 +279,8 @@ class Proxy:
             if stale is not None:
                 self.metrics.count(server.name, method, "stale")
                 status = cache_status.stale_if_error(head.status or None)
-                return HitResponse.stale(stale, request.message.id, self.cache.timer(), status)
+                message, now = request.message, self.cache.timer()
+                return HitResponse.stale(stale, message.id, now, status, message.progress_token)
             if head.failure is not None:
                 self.metrics.count(server.name, method, "miss")
                 raise failure_error(server, head.failure, request.message.id)
@@ -306,14 +310,16 @@ class Proxy:
             detail = cache_status.detail(outcome.reason) if outcome.reason else None
             status = cache_status.forwarded("miss", detail, collapsed=True)
             return HitResponse.collapsed(
-                request_id, outcome.payload, outcome.event_stream, status, outcome.member
-            )
+                request_id, outcome.payload, outcome.event_stream, status, outcome.member,
+                outcome.notes, request.message.progress_token,
+            )  # fmt: skip
         if outcome.kind == "failed":
             stale = self._stale_on_error(request)
             if stale is not None:
                 self.metrics.count(server.name, method, "stale")
                 status = cache_status.stale_if_error(outcome.upstream_status)
-                return HitResponse.stale(stale, request_id, self.cache.timer(), status)
+                token, now = request.message.progress_token, self.cache.timer()
+                return HitResponse.stale(stale, request_id, now, status, token)
             if outcome.failure is not None and not elsewhere:
                 self.metrics.count(server.name, method, "collapsed")
                 raise failure_error(server, outcome.failure, request_id)

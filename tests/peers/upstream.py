@@ -171,6 +171,15 @@ class Upstream:
             return f"{text} after {steps} steps #{self.calls['progress']}"
 
         @mcp.tool()
+        async def narrated(steps: int, text: str, ctx: Context) -> str:
+            """Log a line and report progress `steps` times, then answer."""
+            self.calls["narrated"] += 1
+            for i in range(steps):
+                await ctx.info(f"{text}: step {i + 1} of {steps}")
+                await ctx.report_progress(i + 1, steps, f"step {i + 1}")
+            return f"{text} narrated #{self.calls['narrated']}"
+
+        @mcp.tool()
         async def slow(steps: int, gate: str, ctx: Context) -> str:
             """Report progress, then wait until the test opens `gate`."""
             self.calls["slow"] += 1

@@ -83,4 +83,5 @@ class Hits:
             self.coalescer.start(
                 plan.key, recheck.run, leader=False, joinable=True, keep_going=True
             )
-        return HitResponse.of(entry, message.id, self.cache.timer(), token=message.progress_token)
+        token = message.progress_token if entry.notes else None  # read only when it is used
+        return HitResponse.of(entry, message.id, self.cache.timer(), token=token)

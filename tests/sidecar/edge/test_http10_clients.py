@@ -10,7 +10,7 @@ import socket
 import httpx
 import pytest
 
-from peers.clients import call_body, call_headers, sse_messages, unique
+from peers.clients import TRUST, call_body, call_headers, sse_messages, unique
 from peers.sidecar import RunningSidecar
 
 
@@ -61,3 +61,21 @@ def test_an_http10_client_reads_a_pass_through_a_miss_and_a_hit(
     assert miss[1]["cache-status"] == "mcpcache; fwd=miss; stored"
     assert hit[1]["cache-status"] == "mcpcache; hit"
     assert result_text(hit[1], hit[2]) == result_text(miss[1], miss[2])
+
+
+def test_a_json_answer_passed_through_keeps_the_upstreams_length(
+    make_sidecar, json_upstream
+) -> None:
+    """Relayed whole and unchanged, a JSON answer goes with the upstream's own
+    `Content-Length`, not chunked, to any client."""
+    _, app = json_upstream
+    sidecar = make_sidecar({"servers": [{"name": "plain", "url": app.base_url + "/mcp"}]})
+    body = json.dumps(call_body(1, "echo", {"text": unique()})).encode()
+    status, fields, answer = http10_post(sidecar, "plain", body)
+    assert status == 200
+    assert fields["cache-status"] == "mcpcache; fwd=bypass"
+    assert fields["content-length"] == str(len(answer))
+    with httpx.Client(timeout=10, verify=TRUST) as http:
+        response = http.post(sidecar.url("plain"), content=body, headers=call_headers("echo"))
+    assert response.headers["content-length"] == str(len(response.content))
+    assert "transfer-encoding" not in response.headers

@@ -130,7 +130,8 @@ class ResponseCache(cachetools.Cache[str, Entry]):
     ) -> Entry | None:
         """Store a result for `ttl` seconds, kept `keep_stale` seconds longer for stale
         answers; None when it can never fit the budget (see `make_entry` for the rest)."""
-        if ttl <= 0 or len(result) + notes_size(notes) > self.maxsize:
+        size = len(result) + notes_size(notes) if notes else len(result)
+        if ttl <= 0 or size > self.maxsize:
             return None
         entry = self.make_entry(
             result, event_stream, ttl, session, keep_stale, ttl_at, age, scope, layout, age_note,

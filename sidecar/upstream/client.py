@@ -51,30 +51,6 @@ def _timeout(connect: float, read: float | None) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
 
 
-def as_sent(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The headers as aiohttp must be given them to write the client's bytes.
-
-    The sidecar holds header values as their bytes read as latin-1 (one character a
-    byte, the key's reading); aiohttp writes every value as UTF-8, so `José` sent as
-    UTF-8 would go up as `JosÃ©`. A value whose bytes are UTF-8 is handed over as its
-    UTF-8 reading, which aiohttp writes back to exactly those bytes. aiohttp has no way
-    to write bytes that are not UTF-8 (obs-text from an old client, RFC 9110 5.5): such
-    a value goes as before, each byte as its latin-1 character. Names are tokens,
-    ASCII: they go as they are."""
-    if "".join([value for _, value in headers]).isascii():
-        return headers  # nearly every request: nothing to do (this test is the cheapest)
-    return [(name, _utf8_reading(value)) for name, value in headers]
-
-
-def _utf8_reading(value: str) -> str:
-    if value.isascii():
-        return value
-    try:
-        return value.encode("latin-1").decode("utf-8")
-    except (UnicodeEncodeError, UnicodeDecodeError):
-        return value
-
-
 def _close_delimited(headers: dict[str, str]) -> bool:
     """The body has no length of its own and ends when the connection does (RFC 9112,
     6.3): neither `Content-Length` nor a chunked `Transfer-Encoding`."""
@@ -192,7 +168,7 @@ class UpstreamClient:
             response = await session.request(
                 method,
                 upstream_url(url, query),
-                headers=as_sent(headers),
+                headers=headers,
                 data=body,
                 timeout=timeout,
                 allow_redirects=False,

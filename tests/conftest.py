@@ -34,7 +34,7 @@ MARKERS = (
     "controlplane: uses the real kube-apiserver and etcd",
     "prometheus: uses the suite's Prometheus",
     "redis: uses a real redis-server",
-    "typescript: uses the TypeScript SDK peer",
+    "typescript: uses the TypeScript SDK peer (or the conformance suite, which runs on it)",
     "otelcol: uses the suite's OpenTelemetry Collector",
     "slow: waits a second or more by design: for a TTL, an age in whole seconds, the "
     "config reload (polled each second), a timeout, a run of fixed length or a fresh install",
@@ -159,6 +159,7 @@ PEER_MARKERS = {
     "redis_sentinel": "redis",
     "own_redis_sentinel": "redis",
     "ts_server": "typescript",
+    "conformance_suite": "typescript",
     "otelcol_bin": "otelcol",
     "uncached_plane": "controlplane",
     "upgrade_plane": "controlplane",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: sets up the Python environment, finds or installs redis-server,
-# installs (or reuses) the TypeScript SDK peer, builds (or reuses) the test control plane,
+# installs (or reuses) the TypeScript SDK peer and the MCP conformance suite, builds (or reuses) the test control plane,
 # Prometheus, the OpenTelemetry Collector, and the node and images of tests/cluster, then
 # pytest. Extra arguments go to pytest.
 set -euo pipefail
@@ -10,6 +10,8 @@ bash .ci/redis-server.sh
 if command -v npm >/dev/null 2>&1; then
   MCPCACHE_TYPESCRIPT_PEERS=$(bash tests/peers/typescript/install.sh | tail -n 1)
   export MCPCACHE_TYPESCRIPT_PEERS
+  MCPCACHE_CONFORMANCE=$(bash tests/peers/conformance/install.sh | tail -n 1)
+  export MCPCACHE_CONFORMANCE
 fi
 
 if command -v go >/dev/null 2>&1; then

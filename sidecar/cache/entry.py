@@ -41,6 +41,25 @@ class Scope(NamedTuple):
     public: bool = False
 
 
+Note = tuple[bytes, bytes]
+"""A notification the upstream sent in a call's stream before its result, stored to be
+replayed on a hit as the SSE event it came in: `(event, b"")` as it is, or, for progress,
+`(head, tail)` with the caller's own progress token to go between them (a caller that
+sent none gets no progress)."""
+
+
+def replayed(notes: tuple[Note, ...], token: bytes | None) -> bytes:
+    """The stored notifications as the events that go before a hit's result, in the
+    order they came; `token`: the caller's progress token as JSON (None: it sent none)."""
+    parts: list[bytes] = []
+    for head, tail in notes:
+        if not tail:
+            parts.append(head)
+        elif token is not None:
+            parts += (head, token, tail)
+    return b"".join(parts)
+
+
 class Layout(NamedTuple):
     """Offsets into a stored result where a hit writes (0: nowhere)."""
 
@@ -109,6 +128,11 @@ def lay_out(result: bytes) -> tuple[bytes, Layout | None]:
     return encode(parsed)
 
 
+def notes_size(notes: tuple[Note, ...]) -> int:
+    """The bytes stored notifications take (an entry's size counts them)."""
+    return sum(len(head) + len(tail) for head, tail in notes) if notes else 0
+
+
 def rfc3339(wall: float) -> bytes:
     return _rfc3339(math.floor(wall))
 
@@ -162,6 +186,8 @@ class Entry:
     """A hit's first text item says how old it is (the server's `ageNote`)."""
     fetch_seconds: float = 0.0
     """How long the upstream took for the call that fetched it: what each hit saves."""
+    notes: tuple[Note, ...] = ()
+    """The notifications its stream carried before the result, replayed on a hit."""
 
     _hit: _HitParts | None = field(init=False, default=None, repr=False, compare=False)
     _cut: bool = field(init=False, default=False, repr=False, compare=False)
@@ -170,7 +196,7 @@ class Entry:
 
     @property
     def size(self) -> int:
-        return len(self.result)
+        return len(self.result) + notes_size(self.notes)
 
     @property
     def drop_at(self) -> float:

@@ -18,7 +18,7 @@ from typing import Literal, NamedTuple
 
 import cachetools
 
-from .entry import Entry, Layout, Scope, lay_out, rfc3339
+from .entry import Entry, Layout, Note, Scope, lay_out, notes_size, rfc3339
 from .globs import matches
 
 __all__ = ["Census", "Entry", "EvictionReason", "Layout", "ResponseCache", "Scope"]
@@ -126,14 +126,16 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         layout: Layout | None = None,
         age_note: bool | None = None,
         fetch_seconds: float = 0.0,
+        notes: tuple[Note, ...] = (),
     ) -> Entry | None:
         """Store a result for `ttl` seconds, kept `keep_stale` seconds longer for stale
         answers; None when it can never fit the budget (see `make_entry` for the rest)."""
-        if ttl <= 0 or len(result) > self.maxsize:
+        size = len(result) + notes_size(notes) if notes else len(result)
+        if ttl <= 0 or size > self.maxsize:
             return None
         entry = self.make_entry(
             result, event_stream, ttl, session, keep_stale, ttl_at, age, scope, layout, age_note,
-            fetch_seconds,
+            fetch_seconds, notes,
         )  # fmt: skip
         self._put(key, entry)
         return self.get(key)
@@ -151,6 +153,7 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         layout: Layout | None = None,
         age_note: bool | None = None,
         fetch_seconds: float = 0.0,
+        notes: tuple[Note, ...] = (),
     ) -> Entry:
         """The entry `store` would keep, without keeping it (one too large to keep is
         answered as a kept one would be). `age`: how old the result already is (a copy
@@ -158,7 +161,8 @@ class ResponseCache(cachetools.Cache[str, Entry]):
         `layout`: where a hit writes into `result` (`entry.encode`); without one, the
         bytes are laid out here (once per tier copy, never per hit). `age_note`: a hit's
         first text item says how old it is (None: as `age_notes` says for the server).
-        `fetch_seconds`: how long the upstream took for it."""
+        `fetch_seconds`: how long the upstream took for it; `notes`: the notifications
+        its stream carried before it, replayed on a hit."""
         if layout is None:
             result, layout = lay_out(result)
         if layout is not None:
@@ -171,7 +175,7 @@ class ResponseCache(cachetools.Cache[str, Entry]):
             age_note = scope is not None and self.age_notes(scope.server)
         return Entry(
             result, event_stream, stored_at, now + ttl, session, keep_stale, ttl_at, seq, scope,
-            layout, stamp, age_note, fetch_seconds,
+            layout, stamp, age_note, fetch_seconds, notes,
         )  # fmt: skip
 
     def __setitem__(self, key: str, entry: Entry) -> None:

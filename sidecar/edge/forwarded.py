@@ -65,8 +65,10 @@ class ForwardedResponse:
 
 
 class StreamedResponse:
-    """An answer relayed as it arrives (chunked), until the body ends or the client
-    leaves; the body iterator is closed either way. `on_unread` is called when the
+    """An answer relayed as it arrives, until the body ends or the client leaves; the
+    body iterator is closed either way. `length`: the upstream's `Content-Length`, for
+    a body relayed whole and unchanged (then it goes with that length, else chunked, or
+    to an HTTP/1.0 client until the connection closes). `on_unread` is called when the
     response ends before its body was first asked for (the head could not be sent):
     a generator never started runs none of its own cleanup, so whoever made it is told."""
 
@@ -79,11 +81,14 @@ class StreamedResponse:
         cache_status: str,
         body: AsyncGenerator[bytes, None],
         on_unread: Callable[[], None] | None = None,
+        length: str | None = None,
     ) -> None:
         self.status = status
         self.body = body
         self.headers = _encoded(headers, cache_status)
         self.on_unread = on_unread
+        if length is not None and length.isdigit() and status >= 200 and status not in _NO_CONTENT:
+            self.headers.insert(0, (b"content-length", length.encode()))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = self.body

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from starlette.types import Receive, Scope, Send
 
+from ..cache.entry import Note, replayed
 from ..cache.store import Entry
 from ..rules import cache_status
 from ..rules.protocol.results import RESULT, frame_parts, frame_response
@@ -45,12 +47,22 @@ class HitResponse:
             self.headers.append((b"age", str(max(0, age)).encode()))
 
     @classmethod
-    def of(cls, entry: Entry, request_id: Any, now: float, from_tier: bool = False) -> HitResponse:
+    def of(
+        cls,
+        entry: Entry,
+        request_id: Any,
+        now: float,
+        from_tier: bool = False,
+        token: Any = None,
+    ) -> HitResponse:
         """The stored result framed under the caller's own JSON-RPC id, its age in
-        `_meta` and its `ttlMs` (if it has one) restated as the freshness left;
-        `from_tier` when it came from the Redis tier. An entry for every caller says so
-        (`detail=public`)."""
+        `_meta` and its `ttlMs` (if it has one) restated as the freshness left, after
+        the notifications the upstream's stream carried before it (progress under the
+        caller's own progress `token`, none without one); `from_tier` when it came from
+        the Redis tier. An entry for every caller says so (`detail=public`)."""
         body = frame_parts(request_id, entry.result_parts(now), entry.event_stream)
+        if entry.notes:
+            body = replayed(entry.notes, _token(token)) + body
         if entry.scope is not None and entry.scope.public:
             status = cls._PUBLIC_TIER_STATUS if from_tier else cls._PUBLIC_STATUS
         else:
@@ -58,10 +70,14 @@ class HitResponse:
         return cls(body, entry.event_stream, int(now - entry.stored_at), status)
 
     @classmethod
-    def stale(cls, entry: Entry, request_id: Any, now: float, status: str) -> HitResponse:
+    def stale(
+        cls, entry: Entry, request_id: Any, now: float, status: str, token: Any = None
+    ) -> HitResponse:
         """An expired entry, on purpose: `Age` past the TTL says how old, `status` why
         (and that the entry is for every caller, if it is)."""
         body = frame_parts(request_id, entry.result_parts(now), entry.event_stream)
+        if entry.notes:
+            body = replayed(entry.notes, _token(token)) + body
         if entry.scope is not None and entry.scope.public:
             status = cache_status.of_public_entry(status)
         return cls(body, entry.event_stream, int(now - entry.stored_at), _status_header(status))
@@ -74,14 +90,29 @@ class HitResponse:
         event_stream: bool,
         status: str,
         member: bytes = RESULT,
+        notes: tuple[Note, ...] = (),
+        token: Any = None,
     ) -> HitResponse:
-        """Another request's fresh answer (`result` or `error`) under this caller's id."""
+        """Another request's fresh answer (`result` or `error`) under this caller's id,
+        after the `notes` its stream carried (progress under this caller's `token`)."""
         body = frame_response(request_id, payload, event_stream, member=member)
+        if notes:
+            body = replayed(notes, _token(token)) + body
         return cls(body, event_stream, None, _status_header(status))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.headers})
         await send({"type": "http.response.body", "body": self.body})
+
+
+def _token(token: Any) -> bytes | None:
+    """A caller's progress token as it goes into replayed progress (None: none)."""
+    if token is None:
+        return None
+    try:
+        return orjson.dumps(token)
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes: no progress
+        return None
 
 
 def _status_header(value: str) -> tuple[bytes, bytes]:

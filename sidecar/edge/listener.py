@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import uvicorn
 from starlette.types import ASGIApp
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from .forwarded import ABORT
 
@@ -68,6 +68,12 @@ class _TimedProtocol(HttpToolsProtocol):
         self.scope["extensions"] = self._extensions
         if self._waiting_since is None:  # a request sent before the last answer ended
             self._waiting_since = self.loop.time()
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle
+        if self.scope.get("http_version") == "1.0" and cycle is not None:
+            cycle.__class__ = _Http10Cycle  # its task has not run yet: it sends as one
 
     def on_message_complete(self) -> None:
         # A request answered before its body ended (an early 404 or 413) is not being
@@ -127,6 +133,29 @@ class _TimedProtocol(HttpToolsProtocol):
             return
         wait = self.header_timeout if since is None else since + self.header_timeout - now
         self._header_timer = self.loop.call_later(wait, self._check)
+
+
+class _Http10Cycle(RequestResponseCycle):
+    """An HTTP/1.0 request's answer: a body without a `Content-Length` ends when the
+    connection closes (RFC 1945, 7.2.2), never in chunks, which HTTP/1.0 does not have.
+
+    uvicorn's httptools protocol chunks every answer that has no length, whatever the
+    client's version (its h11 protocol does not, but is several times slower), so an
+    HTTP/1.0 client (`curl --http1.0`, `ab`, health checkers) could not read a relayed
+    answer. uvicorn already closes an HTTP/1.0 connection after its answer; here each
+    body part is written as it is, uvicorn told to expect exactly that many bytes."""
+
+    _close_delimited = False
+
+    async def send(self, message: Any) -> None:
+        if message["type"] == "http.response.start" and not self.response_started:
+            names = {name.lower() for name, _ in message.get("headers", ())}
+            if b"content-length" not in names and b"transfer-encoding" not in names:
+                self._close_delimited = True
+                self.chunked_encoding = False
+        elif self._close_delimited and message["type"] == "http.response.body":
+            self.expected_content_length = len(message.get("body", b""))
+        await super().send(message)
 
 
 def uvicorn_config(

@@ -143,7 +143,10 @@ class Fetch:
         status = self._status = response.status
         self._header_map = response.header_map
         capture = self.capture = ResponseCapture(
-            request.message.id, response.event_stream, server.cache.effective_max_size
+            request.message.id,
+            response.event_stream,
+            server.cache.effective_max_size,
+            request.message.progress_token,
         )
         flight.capture = capture
         refused = response_refusal(
@@ -325,6 +328,7 @@ class Fetch:
             layout=verdict.layout,
             age_note=server.cache.age_note,
             fetch_seconds=took,
+            notes=verdict.notes,
         )
         if storage.tier is not None and not filed.session and request.generation is not None:
             storage.tier.put(
@@ -337,6 +341,7 @@ class Fetch:
                 server.cache.effective_max_size,
                 request.generation,
                 took,
+                verdict.notes,
             )
 
     def _outcome(self, share: FollowerShare) -> Outcome:
@@ -368,6 +373,7 @@ class Fetch:
             capture.event_stream,
             judgement.verdict.reason,
             fetch_seconds=self.upstream_seconds,
+            notes=judgement.verdict.notes,
         )
 
 

@@ -84,11 +84,13 @@ class Hits:
             self.coalescer.start(
                 plan.key, recheck.run, leader=False, joinable=True, keep_going=True
             )
-        return HitResponse.of(entry, message.id, self.cache.timer())
+        token = message.progress_token if entry.notes else None  # read only when it is used
+        return HitResponse.of(entry, message.id, self.cache.timer(), token=token)
 
     def from_tier(self, server: Server, message: Message, method: str, entry: Entry) -> HitResponse:
         """A fresh entry the shared tier held (now copied into memory) answers: counted,
         with what it saved the upstream."""
         self.metrics.count(server.name, method, "hit")
         self.metrics.saved(server.name, entry.fetch_seconds)
-        return HitResponse.of(entry, message.id, self.cache.timer(), from_tier=True)
+        token = message.progress_token
+        return HitResponse.of(entry, message.id, self.cache.timer(), True, token)

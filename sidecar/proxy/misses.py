@@ -60,7 +60,8 @@ class Misses:
                 )
             self.metrics.count(server.name, request.method, "stale")
             status, now = cache_status.STALE_WHILE_REVALIDATE, self.cache.timer()
-            return HitResponse.stale(outcome.entry, request.message.id, now, status)
+            message = request.message
+            return HitResponse.stale(outcome.entry, message.id, now, status, message.progress_token)
         if isinstance(outcome, Follow):
             flight = self.coalescer.joinable(key)
             assert flight is not None  # nothing ran since `choose` saw it
@@ -88,8 +89,9 @@ class Misses:
             if stale is not None:
                 self.metrics.count(server.name, method, "stale")
                 status = cache_status.stale_if_error(head.status or None)
-                now = self.cache.timer()
-                return HitResponse.stale(stale.entry, request.message.id, now, status)
+                message, now = request.message, self.cache.timer()
+                token = message.progress_token
+                return HitResponse.stale(stale.entry, message.id, now, status, token)
             if head.failure is not None:
                 self.metrics.count(server.name, method, "miss")
                 raise failure_error(server, head.failure, request.message.id)
@@ -119,14 +121,16 @@ class Misses:
             detail = cache_status.detail(outcome.reason) if outcome.reason else None
             status = cache_status.forwarded("miss", detail, collapsed=True)
             return HitResponse.collapsed(
-                request_id, outcome.payload, outcome.event_stream, status, outcome.member
-            )
+                request_id, outcome.payload, outcome.event_stream, status, outcome.member,
+                outcome.notes, request.message.progress_token,
+            )  # fmt: skip
         if outcome.kind == "failed":
             stale = self._on_failure(request)
             if stale is not None:
                 self.metrics.count(server.name, method, "stale")
                 status = cache_status.stale_if_error(outcome.upstream_status)
-                return HitResponse.stale(stale.entry, request_id, self.cache.timer(), status)
+                token, now = request.message.progress_token, self.cache.timer()
+                return HitResponse.stale(stale.entry, request_id, now, status, token)
             if outcome.failure is not None and not elsewhere:
                 self.metrics.count(server.name, method, "collapsed")
                 raise failure_error(server, outcome.failure, request_id)

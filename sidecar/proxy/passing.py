@@ -187,9 +187,13 @@ async def pass_through(
     relay = exchange.relay(response, following.capture)
     headers = response_headers(response.headers)
     status = cache_status.forwarded(plan.fwd, plan.detail)
+    # A JSON body goes on whole and unchanged: with the upstream's length (an event
+    # stream may gain an error event at its end: never with a length).
+    length = None if response.event_stream else response.header_map.get("content-length")
     if not following.follows or response.event_stream:
         body = following.relayed(relay, b"")
-        return StreamedResponse(response.status, headers, status, body, following.on_unread(relay))
+        ending = following.on_unread(relay)
+        return StreamedResponse(response.status, headers, status, body, ending, length)
     # A JSON answer followed to its end: read it before the headers, so that what it
     # invalidates is gone before the caller can ask again.
     try:
@@ -207,4 +211,5 @@ async def pass_through(
             await invalidator.announced(server.name)
         return ForwardedResponse(response.status, headers, status, prefix)
     body = following.relayed(relay, prefix)
-    return StreamedResponse(response.status, headers, status, body, following.on_unread(relay))
+    ending = following.on_unread(relay)
+    return StreamedResponse(response.status, headers, status, body, ending, length)

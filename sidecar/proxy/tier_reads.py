@@ -61,11 +61,12 @@ class TierReads:
         age = max(0.0, tier.clock() - value.stored_at)
         copy = (value.result, value.event_stream, remaining)
         keep, ttl_at, scope = server.cache.keep_stale, value.ttl_at, plan.scope
-        took = value.fetch_seconds
+        took, notes = value.fetch_seconds, value.notes
         entry = self.cache.store(
             plan.key, *copy, keep_stale=keep, ttl_at=ttl_at, age=age, scope=scope,
-            fetch_seconds=took,
+            fetch_seconds=took, notes=notes,
         ) or self.cache.make_entry(  # larger than the whole memory budget: served, not kept
-            *copy, keep_stale=keep, ttl_at=ttl_at, age=age, scope=scope, fetch_seconds=took
+            *copy, keep_stale=keep, ttl_at=ttl_at, age=age, scope=scope, fetch_seconds=took,
+            notes=notes,
         )  # fmt: skip
         return entry, found

@@ -70,6 +70,7 @@ NotStoredReason = Literal[
     "over_budget",
     "invalidated",
     "private_result",
+    "stream_not_replayable",
 ]
 
 Doubt = Literal["unreadable", "batch", "ambiguous_name", "too_deep", "positional_params", "accept"]

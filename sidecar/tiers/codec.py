@@ -1,8 +1,10 @@
 """What the shared tier stores and where: the framed value and the key layout. Pure.
 
-A value is a version marker, an echo of the key and generation, a flag, the result's
+A value is a version marker, an echo of the key and generation, flags, the result's
 wall-clock timestamps and length, the upstream time its fetch took, then the result
-bytes (the JSON-RPC `result` value, never headers, tokens or the caller's id). A value
+bytes (the JSON-RPC `result` value, never headers, tokens or the caller's id), and, when
+a flag says so, the notifications its stream carried before it (`cache.entry.Note`:
+each as two lengths and its two parts, the same bytes the memory tier keeps). A value
 read back is verified before it is served — the marker, the key echo, the length, and
 that the result is one JSON object exactly as the memory tier encodes it — because it
 crossed a network and a store other programs can write to: a value filed under the wrong
@@ -29,6 +31,7 @@ from urllib.parse import quote
 
 import orjson
 
+from ..cache.entry import Note, notes_size
 from ..rules.protocol.results import encode_result
 
 MAGIC: Final = b"mcpcache/3\n"
@@ -36,6 +39,9 @@ MAGIC: Final = b"mcpcache/3\n"
 version, written by another release of the sidecar, is a miss)."""
 _HEAD: Final = struct.Struct("!BddIf")  # flags, stored_at, expires_at, length, fetch seconds
 _EVENT_STREAM: Final = 1
+_NOTES: Final = 2
+_NOTE: Final = struct.Struct("!II")  # a note's two parts' lengths
+_EVENT_HEAD: Final = b"event: message\ndata: "
 KEY_LENGTH: Final = 64
 """A cache key is a hex sha256."""
 GENERATION_LENGTH: Final = 16
@@ -58,6 +64,12 @@ class TierEntry:
     """Where the result's `ttlMs` value starts (see `protocol.results.encode_result`), 0: none."""
     fetch_seconds: float = 0.0
     """How long the upstream took for the call that fetched it."""
+    notes: tuple[Note, ...] = ()
+    """The notifications a hit replays before the result."""
+
+    @property
+    def size(self) -> int:
+        return len(self.result) + notes_size(self.notes)
 
 
 def _echo(key: str, generation: bytes) -> bytes:
@@ -72,10 +84,38 @@ def encode(
     expires_at: float,
     generation: bytes = b"",
     fetch_seconds: float = 0.0,
+    notes: tuple[Note, ...] = (),
 ) -> bytes:
-    flags = _EVENT_STREAM if event_stream else 0
+    flags = (_EVENT_STREAM if event_stream else 0) | (_NOTES if notes else 0)
     head = _HEAD.pack(flags, stored_at, expires_at, len(result), fetch_seconds)
-    return b"".join((MAGIC, _echo(key, generation), head, result))
+    parts = [MAGIC, _echo(key, generation), head, result]
+    for note_head, tail in notes:
+        parts += (_NOTE.pack(len(note_head), len(tail)), note_head, tail)
+    return b"".join(parts)
+
+
+def _notes(value: bytes) -> tuple[Note, ...] | None:
+    """The notes `encode` wrote, or None when `value` is not exactly such notes: each
+    one whole SSE `message` event, or a progress event cut where a token goes."""
+    notes: list[Note] = []
+    at = 0
+    while at < len(value):
+        if len(value) - at < _NOTE.size:
+            return None
+        head_length, tail_length = _NOTE.unpack_from(value, at)
+        at += _NOTE.size
+        head = value[at : at + head_length]
+        tail = value[at + head_length : at + head_length + tail_length]
+        at += head_length + tail_length
+        if len(head) != head_length or len(tail) != tail_length or b"\r" in head + tail:
+            return None
+        event = head + b"0" + tail if tail else head
+        if not event.startswith(_EVENT_HEAD) or b"\n\n" in event[:-2]:
+            return None
+        if not event.endswith(b"\n\n") or (tail and not tail.endswith(b"}}\n\n")):
+            return None
+        notes.append((head, tail))
+    return tuple(notes) if notes else None
 
 
 def decode(value: bytes, key: str, generation: bytes = b"") -> TierEntry | None:
@@ -90,8 +130,15 @@ def decode(value: bytes, key: str, generation: bytes = b"") -> TierEntry | None:
     if value[start:head_at] != echo:
         return None
     flags, stored_at, expires_at, length, fetch_seconds = _HEAD.unpack_from(value, head_at)
-    result = value[body_at:]
-    if flags & ~_EVENT_STREAM or length != len(result) or not stored_at <= expires_at:
+    result = value[body_at : body_at + length]
+    notes: tuple[Note, ...] | None = ()
+    if flags & _NOTES:
+        notes = _notes(value[body_at + length :])
+    elif len(value) != body_at + length:
+        return None
+    if flags & ~(_EVENT_STREAM | _NOTES) or length != len(result) or not stored_at <= expires_at:
+        return None
+    if notes is None:
         return None
     if not 0.0 <= fetch_seconds <= _MAX_FETCH_SECONDS:  # NaN too: it is only counted
         fetch_seconds = 0.0
@@ -113,7 +160,7 @@ def decode(value: bytes, key: str, generation: bytes = b"") -> TierEntry | None:
     if canonical != result:
         return None
     return TierEntry(
-        result, bool(flags & _EVENT_STREAM), stored_at, expires_at, ttl_at, fetch_seconds
+        result, bool(flags & _EVENT_STREAM), stored_at, expires_at, ttl_at, fetch_seconds, notes
     )
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Final, TypeVar
 
+from ..cache.entry import Note, notes_size
 from ..config import SharedCache
 from ..metrics import SharedMetrics
 from .announcement import Announcement
@@ -185,9 +186,10 @@ class RedisTier:
             self.metrics.lookups.labels("miss").inc()
             return TierRead(None, 0.0, generation)
         entry = None
-        if isinstance(value, bytes) and len(value) <= max_size + OVERHEAD:
+        if isinstance(value, bytes) and len(value) <= 2 * max_size + OVERHEAD:
+            # (each note's lengths take less than the event it frames: at most twice)
             entry = decode(value, key, generation)
-        if entry is None or len(entry.result) > max_size:
+        if entry is None or entry.size > max_size:
             self.metrics.lookups.labels("refused").inc()
             logger.warning("shared cache: refused a stored value", extra={"server": server})
             self._spawn(partial(self._run, "delete", partial(self._client.unlink, [name])))
@@ -210,14 +212,15 @@ class RedisTier:
         max_size: int,
         generation: bytes,
         fetch_seconds: float = 0.0,
+        notes: tuple[Note, ...] = (),
     ) -> None:
         """Store a result the memory tier has just stored, for its remaining `ttl`,
         without waiting for Redis, in the `generation` its lookup saw (the value is dead
         if a removal came between); `fetch_seconds`: how long the upstream took for it."""
-        if len(result) > max_size or ttl <= 0:
+        if len(result) + notes_size(notes) > max_size or ttl <= 0:
             return
         now = self.clock()
-        value = encode(key, result, event_stream, now, now + ttl, generation, fetch_seconds)
+        value = encode(key, result, event_stream, now, now + ttl, generation, fetch_seconds, notes)
         if not self._spawn(partial(self._put, self.keys.entry(app_id, server, key), value, ttl)):
             self.metrics.stores.labels("dropped").inc()
 

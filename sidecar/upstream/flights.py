@@ -28,6 +28,7 @@ from typing import Final, Literal
 
 import anyio
 
+from ..cache.entry import Note
 from ..edge.forwarded import BrokenBody
 from ..rules.admission.capture import ResponseCapture
 from .channel import ChunkChannel
@@ -76,6 +77,9 @@ class Outcome:
     upstream_status: int | None = None
     fetch_seconds: float = 0.0
     """How long the upstream took for the answer."""
+    notes: tuple[Note, ...] = ()
+    """The notifications its stream carried before it, as a hit replays them (an answer
+    not stored is shared only when its stream carried none)."""
 
 
 ALONE: Final = Outcome("alone")

@@ -5,7 +5,8 @@ on an answer, answer with a task handle, or stream one enormous event. The tool'
 arguments choose the answer's extra headers (`respond_headers`), its result shape
 (`result`, or `result_json` for JSON text put in as it is; `error` for a JSON-RPC error
 response instead), its HTTP status (`status`), a gate to wait on (`hold`) and, for
-`huge_event`, the size of a single event-stream event it streams.
+`huge_event`, the size of a single event-stream event it streams; `notify`, notifications
+(JSON-RPC objects) streamed as events before the answer, which then ends the stream.
 Every request's headers are recorded. An `initialize` opens a legacy session bound to
 the user it named, as a server that authenticates only at `initialize` does: its
 `Authorization`, else a gateway's `X-User`, else its query string. A call in that
@@ -79,14 +80,20 @@ class EchoUpstream:
             answer = json.dumps(
                 {"jsonrpc": "2.0", "id": request.get("id"), "error": arguments["error"]}
             )
+        body = answer.encode()
+        content_type = b"application/json"
+        if "notify" in arguments:
+            content_type = b"text/event-stream"
+            events = [*(json.dumps(n) for n in arguments["notify"]), answer]
+            body = b"".join(b"event: message\ndata: " + e.encode() + b"\n\n" for e in events)
         await send(
             {
                 "type": "http.response.start",
                 "status": int(arguments.get("status", 200)),
-                "headers": [(b"content-type", b"application/json"), *extra],
+                "headers": [(b"content-type", content_type), *extra],
             }
         )
-        await send({"type": "http.response.body", "body": answer.encode()})
+        await send({"type": "http.response.body", "body": body})
 
     async def _initialize(self, send: Any, request_id: Any, user: str | None) -> None:
         session = f"bound-{len(self.bound)}"

@@ -20,11 +20,13 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import (
     CreateMessageResult,
+    EmptyResult,
     PromptListChangedNotification,
     ResourceListChangedNotification,
     ResourceUpdatedNotification,
     ResourceUpdatedNotificationParams,
     SamplingMessage,
+    SetLevelRequestParams,
     TextContent,
     ToolAnnotations,
     ToolListChangedNotification,
@@ -98,6 +100,13 @@ class Upstream:
                 hints[method] = CacheHint(ttl_ms=list_ttl_ms)
         self.server = MCPServer("upstream", cache_hints=hints)
         self._register()
+        # `logging/setLevel` for clients of the 2025 protocol (the conformance suite's
+        # sets a level before its logging scenario): gone in the 2026 revision, so the
+        # SDK serves it only when registered on the low-level server, as its docs say to
+        # (`mcp.server.extension.MethodBinding`); MCPServer has no public handle on it.
+        self.server._lowlevel_server.add_request_handler(
+            "logging/setLevel", SetLevelRequestParams, _set_level
+        )
 
     def gate(self, name: str) -> threading.Event:
         """A named event a `slow` call waits on; tests open it with `.set()`."""
@@ -169,6 +178,37 @@ class Upstream:
             for i in range(steps):
                 await ctx.report_progress(i + 1, steps, f"step {i + 1}")
             return f"{text} after {steps} steps #{self.calls['progress']}"
+
+        @mcp.tool()
+        async def narrated(steps: int, text: str, ctx: Context) -> str:
+            """Log a line and report progress `steps` times, then answer."""
+            self.calls["narrated"] += 1
+            for i in range(steps):
+                await ctx.info(f"{text}: step {i + 1} of {steps}")
+                await ctx.report_progress(i + 1, steps, f"step {i + 1}")
+            return f"{text} narrated #{self.calls['narrated']}"
+
+        @mcp.tool()
+        async def test_tool_with_logging(ctx: Context) -> str:
+            """The conformance suite's `tools-call-with-logging` tool: three log lines
+            about 50 ms apart, as its scenario asks."""
+            self.calls["test_tool_with_logging"] += 1
+            for i, line in enumerate(("started", "processing data", "completed")):
+                if i:
+                    await anyio.sleep(0.05)
+                await ctx.info(f"Tool execution {line}")
+            return f"Tool executed with logging #{self.calls['test_tool_with_logging']}"
+
+        @mcp.tool()
+        async def test_tool_with_progress(ctx: Context) -> str:
+            """The conformance suite's `tools-call-with-progress` tool: progress 0, 50
+            and 100 of 100, about 50 ms apart, as its scenario asks."""
+            self.calls["test_tool_with_progress"] += 1
+            for done in (0, 50, 100):
+                if done:
+                    await anyio.sleep(0.05)
+                await ctx.report_progress(done, 100)
+            return f"Tool executed with progress #{self.calls['test_tool_with_progress']}"
 
         @mcp.tool()
         async def slow(steps: int, gate: str, ctx: Context) -> str:
@@ -301,3 +341,8 @@ class Upstream:
         def greet(name: str) -> str:
             self.calls["greet"] += 1
             return f"Say hello to {name}"
+
+
+async def _set_level(context: Any, params: SetLevelRequestParams) -> EmptyResult:
+    """Accept any level: the tools log at `info` whatever is set."""
+    return EmptyResult()

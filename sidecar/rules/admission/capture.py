@@ -39,8 +39,12 @@ class ResponseCapture:
     answer can be judged and stored before the caller has seen it.
     """
 
-    def __init__(self, request_id: Any, event_stream: bool, max_size: int) -> None:
+    def __init__(
+        self, request_id: Any, event_stream: bool, max_size: int, progress_token: Any = None
+    ) -> None:
         self.request_id = request_id
+        self.progress_token = progress_token
+        """The request's own progress token (None: it sent none)."""
         self.event_stream = event_stream
         self.max_size = max_size
         self.size = 0
@@ -62,6 +66,11 @@ class ResponseCapture:
         """The response was larger than `max_size` by the time its final answer passed."""
         self.asked_before_final = False
         """The server sent the client a request before its final answer."""
+        self.notes: list[tuple[dict[str, Any], bytes]] = []
+        """Notifications seen before the final response (parsed, and as sent), for a
+        hit to replay; not kept once the response is larger than could be stored."""
+        self.unreplayable = False
+        """Something came before the final response that a hit could not replay."""
         self.notices: list[Notice] = []
         """Notifications seen before the final response that say entries are out of
         date; whoever follows the capture takes them out."""
@@ -127,8 +136,10 @@ class ResponseCapture:
         try:
             message = orjson.loads(event.data)
         except orjson.JSONDecodeError:
+            self.unreplayable = True
             return
         if not isinstance(message, dict):
+            self.unreplayable = True
             return
         if is_server_request(message):
             self._server_request = True
@@ -138,6 +149,10 @@ class ResponseCapture:
             return
         if message.get("id") == self.request_id and ("result" in message or "error" in message):
             self._see_final(message, event.data)
+        elif self.too_large:
+            self.notes.clear()  # nothing of it is stored
+        else:
+            self.notes.append((message, event.data))
 
     def _see_body(self, body: bytes) -> None:
         try:

@@ -13,6 +13,7 @@ whether a listing teaches. Pure, no I/O; like `policy`, which decides the reques
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
@@ -22,6 +23,7 @@ from ...config import Server
 from ..cache_status import NotStoredReason
 from ..invalidation.writes import write_happened
 from ..policy.plan import Bypass, Lookup
+from ..protocol.notifications import replayable
 from ..protocol.results import Verdict, cache_scope, judge_response, not_an_answer
 from ..reading.numbers import has_inexact_number
 from . import freshness
@@ -95,14 +97,18 @@ def judge(
         everyone = for_everyone(server, lookup, cache_scope(final["result"]), headers)
         verdict = freshness.storable(verdict, final, everyone)
     verdict = scoped(lookup, verdict, headers)
+    if verdict.reason is None and (capture.notes or capture.unreplayable):
+        verdict = with_notes(verdict, capture)
     ttl = storage_ttl(server, verdict, headers, method, lookup.ttl)
     if verdict.reason is None and answer.session_ended:
         verdict = Verdict("invalidated")  # its session ended while it was upstream
-    if verdict.reason is None and (ttl <= 0 or len(verdict.result) > budget):
+    if verdict.reason is None and (ttl <= 0 or verdict.size > budget):
         verdict = Verdict("over_budget")
     leaves = freshness.restated(verdict, ttl) if rewrite and verdict.reason is None else None
     public = lookup.scope.public
     share = follower_share(status, verdict, capture.final_seen, final is not None, public)
+    if share == "answer" and verdict.reason is not None and (capture.notes or capture.unreplayable):
+        share = "alone"  # its notifications are not kept: each fetches its own stream
     return Judgement(
         verdict, ttl, filing(server, lookup, verdict, headers), share, final, leaves, served,
         teaches,
@@ -136,6 +142,15 @@ def answer_verdict(
     if capture.ended:
         return Verdict("incomplete")
     return None
+
+
+def with_notes(verdict: Verdict, capture: ResponseCapture) -> Verdict:
+    """A storable answer with the notifications its stream carried before it, as a hit
+    replays them; not stored when one of them cannot be replayed faithfully."""
+    notes = None if capture.unreplayable else replayable(capture.notes, capture.progress_token)
+    if notes is None:
+        return Verdict("stream_not_replayable")
+    return dataclasses.replace(verdict, notes=notes)
 
 
 def shareable_final(capture: ResponseCapture, verdict: Verdict) -> dict[str, Any] | None:

@@ -88,8 +88,10 @@ def filing(server: Server, lookup: Lookup, verdict: Verdict, headers: Mapping[st
     """The caller's own key, or, under `trustPublicHints`, the key for every caller when
     the server marks the result `public` and nothing in the answer says it depends on
     who asked: no cookie, no `Vary` on an identity header or the session. The sidecar
-    never makes a result public that the server did not mark so."""
-    if _marked_public(server, lookup, verdict.scope, headers):
+    never makes a result public that the server did not mark so; and the mark is the
+    result's, not the notifications the stream carried before it (a log line may name
+    who asked): an answer with notifications to replay stays its caller's."""
+    if not verdict.notes and _marked_public(server, lookup, verdict.scope, headers):
         return Filing(lookup.public_key, lookup.scope._replace(public=True), "")
     return Filing(lookup.key, lookup.scope, lookup.session)
 

@@ -77,6 +77,13 @@ class Message:
         """Top-level members JSON-RPC does not define: the upstream sees them, so the
         key holds them."""
 
+    @property
+    def progress_token(self) -> Any:
+        """The request's `_meta.progressToken` (None: it sent none), which the server's
+        progress notifications for it carry."""
+        meta = self.params.get("_meta")
+        return meta.get("progressToken") if isinstance(meta, dict) else None
+
     @classmethod
     def unread(cls, raw: bytes, doubt: Doubt) -> Message:
         """A body that is not one JSON-RPC message the sidecar can read with certainty."""

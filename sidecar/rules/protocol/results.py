@@ -11,7 +11,7 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from ...cache.entry import Layout, encode
+from ...cache.entry import Layout, Note, encode, notes_size
 from ..cache_status import NotStoredReason
 
 
@@ -28,6 +28,13 @@ class Verdict:
     """The result's own `cacheScope`, when it says one."""
     layout: Layout | None = field(default=None, compare=False)
     """Where a hit writes into `result` (read from `result`, so not compared)."""
+    notes: tuple[Note, ...] = ()
+    """The notifications a hit replays before the result (`protocol.notifications`)."""
+
+    @property
+    def size(self) -> int:
+        """What the entry takes: the result and the notifications before it."""
+        return len(self.result) + notes_size(self.notes)
 
 
 CacheScope = Literal["public", "private"]

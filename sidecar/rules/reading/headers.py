@@ -83,9 +83,28 @@ def forward_headers(headers: Iterable[tuple[str, str]], via: str) -> list[tuple[
 
 def forwardable(headers: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
     """The client's headers that reach the upstream (`forward_headers` without this
-    hop's own): the same for every request with the same header set, so it is worked
-    out once per set where the set is decoded."""
-    return tuple((k, v) for k, v in without(headers, _NOTHING) if forwarded(k))
+    hop's own), each value `as_sent`: the same for every request with the same header
+    set, so it is worked out once per set where the set is decoded."""
+    return tuple((k, as_sent(v)) for k, v in without(headers, _NOTHING) if forwarded(k))
+
+
+def as_sent(value: str) -> str:
+    """A header value as the upstream's HTTP client must be given it to write the
+    client's bytes.
+
+    The sidecar reads header values as latin-1 (a character a byte: the key's reading);
+    aiohttp writes every value as UTF-8, so `José` sent as UTF-8 went up as `JosÃ©`. A
+    value whose bytes are UTF-8 is handed over as its UTF-8 reading, which aiohttp
+    writes back to exactly those bytes. aiohttp cannot write bytes that are not UTF-8
+    (obs-text from an old client, RFC 9110 5.5): such a value goes as before, each byte
+    as its latin-1 character. Only for sending: two different byte strings may read
+    alike this way (`é` as UTF-8, and as latin-1), so the key never reads these."""
+    if value.isascii():
+        return value
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
 
 
 def with_this_hop(kept: Iterable[tuple[str, str]], via: str) -> list[tuple[str, str]]:

@@ -62,7 +62,9 @@ async def test_a_hit_carries_the_callers_id_cache_status_and_age(sidecar) -> Non
     assert as_upstream_said(hit.json()["result"]) == miss.json()["result"]
 
 
-async def test_an_event_stream_hit_carries_only_the_final_response(sidecar, upstream) -> None:
+async def test_an_event_stream_hit_replays_progress_under_the_callers_own_token(
+    sidecar, upstream
+) -> None:
     peer, _ = upstream
     text = unique()
     async with http_client() as http:
@@ -70,28 +72,48 @@ async def test_an_event_stream_hit_carries_only_the_final_response(sidecar, upst
         body = call_body(7, "progress", arguments, progressToken="p7")
         miss = await http.post(sidecar.url("sse"), json=body, headers=call_headers("progress"))
         calls = peer.calls["progress"]
-        body = call_body(8, "progress", arguments, progressToken="p8")
+        body = call_body(8, "progress", arguments, progressToken=8)
         hit = await http.post(sidecar.url("sse"), json=body, headers=call_headers("progress"))
+        body = call_body(9, "progress", arguments)
+        tokenless = await http.post(sidecar.url("sse"), json=body, headers=call_headers("progress"))
     assert miss.headers["content-type"].startswith("text/event-stream")
     assert hit.headers["content-type"].startswith("text/event-stream")
-    assert hit.headers["cache-status"] == "mcpcache; hit"
-    (data,) = sse_messages(hit)
-    assert data["id"] == 8
-    assert text in data["result"]["content"][0]["text"]
+    assert hit.headers["cache-status"] == tokenless.headers["cache-status"] == "mcpcache; hit"
     assert peer.calls["progress"] == calls
-    assert miss.text.count("notifications/progress") == 2
+    *progress, answer = sse_messages(hit)
+    assert [p["params"] for p in progress] == [
+        {**p["params"], "progressToken": 8} for p in sse_messages(miss)[:-1]
+    ]
+    assert len(progress) == 2
+    assert answer["id"] == 8
+    assert text in answer["result"]["content"][0]["text"]
+    (only,) = sse_messages(tokenless)
+    assert only["id"] == 9, "no progress for a caller that sent no token"
 
 
-async def test_progress_and_log_frames_are_not_replayed_on_a_hit(sidecar, upstream) -> None:
-    frames: list[str] = []
+@pytest.mark.parametrize("mode", [MODERN, LEGACY])
+async def test_a_hit_replays_the_log_lines_and_progress_the_miss_showed(
+    sidecar, upstream, mode: str
+) -> None:
+    peer, _ = upstream
+    logs: list[str] = []
+    progress: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, total, message))
+
+    arguments = {"steps": 3, "text": unique()}
     async with mcp_client(
-        sidecar.url("sse"), logging_callback=_collect(frames), log_level="info"
+        sidecar.url("sse"), mode=mode, logging_callback=_collect(logs), log_level="info"
     ) as client:
-        await client.call_tool("chatty", {"frames": 3})
-        seen_on_miss = len(frames)
-        await client.call_tool("chatty", {"frames": 3})
-    assert seen_on_miss == 3
-    assert len(frames) == 3, "the hit replays the result only"
+        miss = await client.call_tool("narrated", arguments, progress_callback=on_progress)
+        seen = (list(logs), list(progress))
+        calls = peer.calls["narrated"]
+        hit = await client.call_tool("narrated", arguments, progress_callback=on_progress)
+    assert peer.calls["narrated"] == calls, "the second call was a hit"
+    assert hit.content == miss.content
+    assert len(seen[0]) == len(seen[1]) == 3
+    assert (logs, progress) == (seen[0] * 2, seen[1] * 2)
 
 
 def _collect(frames: list[str]):

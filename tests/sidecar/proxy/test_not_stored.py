@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 from mcp.client.session import ClientRequestContext
@@ -217,3 +219,46 @@ async def test_input_required_rounds_are_never_stored(sidecar, upstream) -> None
         sidecar.sample("mcpcache_requests_total", server="sse", method="tools/call", outcome="hit")
         == 0
     )
+
+
+@pytest.mark.parametrize(
+    "notification",
+    [
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}},
+        {
+            "jsonrpc": "2.0",
+            "method": "notifications/progress",
+            "params": {"progressToken": "x", "progress": 1},
+        },
+        {"jsonrpc": "2.0", "method": "notifications/example/unknown", "params": {}},
+    ],
+    ids=["cancelled", "another-token", "unknown"],
+)
+async def test_a_stream_a_hit_could_not_replay_is_not_stored(
+    make_sidecar, echo_upstream, notification: dict
+) -> None:
+    """A notification before the result that a hit could not repeat faithfully (it may
+    name something of its moment) keeps the call out of the cache; a log line does not."""
+    _, app = echo_upstream
+    sidecar = make_sidecar(one_server(app.base_url + "/mcp"))
+    log = {
+        "jsonrpc": "2.0",
+        "method": "notifications/message",
+        "params": {"level": "info", "data": "l"},
+    }
+    arguments = {"q": unique(), "notify": [log, notification]}
+    for request_id in (1, 2):
+        body = call_body(request_id, "t", arguments, progressToken="mine")
+        response = await post_call(sidecar, "s", body, "t")
+        assert response.status_code == 200
+        assert response.text.count("event: message") == 3, "the caller got the whole stream"
+    assert (
+        sidecar.sample("mcpcache_not_stored_total", server="s", reason="stream_not_replayable") == 2
+    )
+    stored = {**arguments, "notify": [log]}
+    for request_id in (3, 4):
+        body = call_body(request_id, "t", stored, progressToken="mine")
+        response = await post_call(sidecar, "s", body, "t")
+    assert response.headers["cache-status"] == "mcpcache; hit"
+    assert response.text.startswith("event: message\ndata: " + json.dumps(log) + "\n\n")
+    assert response.text.count("event: message") == 2

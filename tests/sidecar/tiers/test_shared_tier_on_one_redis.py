@@ -19,6 +19,7 @@ from mcpcache.sidecar.tiers.breaker import Breaker
 from mcpcache.sidecar.tiers.codec import MAGIC, decode, encode
 from peers.clients import (
     LEGACY,
+    MODERN,
     call_body,
     call_headers,
     http_client,
@@ -73,6 +74,41 @@ async def test_a_call_through_one_replica_is_a_hit_through_another(
     assert second.sample("mcpcache_shared_lookups_total", result="hit") == 1
     assert second.sample("mcpcache_requests_total", server="s", method="tools/call", outcome="hit")
     assert len(keys(redis_server, app_id)) == 1
+
+
+@pytest.mark.parametrize("mode", [MODERN, LEGACY])
+async def test_a_shared_hit_replays_the_log_lines_and_progress_of_the_stream(
+    make_sidecar, redis_server, upstream, mode: str
+) -> None:
+    peer, app = upstream
+    document = shared_config(app, redis_server.url)
+    first, second = make_sidecar(document), make_sidecar(document)
+    arguments = {"steps": 2, "text": uuid.uuid4().hex}
+
+    async def narrated(sidecar: RunningSidecar) -> list[Any]:
+        """What the client's logging and progress callbacks saw, then the answer."""
+        seen: list[Any] = []
+
+        async def on_log(params: Any) -> None:
+            seen.append(params.data)
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            seen.append((done, total, message))
+
+        async with mcp_client(
+            sidecar.url("s"), mode=mode, logging_callback=on_log, log_level="info"
+        ) as client:
+            result = await client.call_tool("narrated", arguments, progress_callback=on_progress)
+        return [*seen, result.content[0].text]
+
+    seen = [await narrated(first)]
+    calls = peer.calls["narrated"]
+    await stored_in_redis(first)
+    seen.append(await narrated(second))
+    assert peer.calls["narrated"] == calls
+    assert second.sample("mcpcache_shared_lookups_total", result="hit") == 1
+    assert len(seen[0]) == 5
+    assert seen[1] == seen[0]
 
 
 async def test_a_shared_hit_keeps_the_remaining_life_and_age(

@@ -263,3 +263,20 @@ async def test_a_body_answered_202_flushes_nothing_though_it_could_not_be_read(
         assert response.status_code == 202
         again = await http.post(sidecar.url("on"), content=stored, headers=HEADERS)
     assert again.headers["cache-status"] == "mcpcache; hit"
+
+
+async def test_header_values_reach_the_upstream_byte_for_byte_non_ascii_included(
+    make_sidecar, recorder
+) -> None:
+    """A gateway's `X-User-Name: José` in UTF-8 arrives as those bytes, not re-encoded
+    (`JosÃ©`), on a pass-through and on a miss."""
+    peer, app = recorder
+    sidecar = _sidecar(make_sidecar, app)
+    sent = "José Ørsted 山田".encode()
+    async with http_client(timeout=10) as http:
+        for server in ("off", "on"):
+            raw = _bodies(unique())[0]
+            headers = [*HEADERS.items(), ("x-user-name", sent)]
+            response = await http.post(sidecar.url(server), content=raw, headers=headers)
+            assert response.status_code == 200, response.text
+            assert peer.received[-1].headers["x-user-name"].encode("latin-1") == sent

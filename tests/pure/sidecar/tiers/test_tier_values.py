@@ -231,3 +231,39 @@ def test_a_message_whose_globs_would_cost_too_much_to_match_reads_as_every_entry
     )
     plain = announcement.Announcement("s", tools=tuple(f"{'t' * 500}{n}" for n in range(3)))
     assert announcement.decode(announcement.encode("app", "x", plain), "app") == ("x", plain)
+
+
+NOTES = (
+    (b'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/message"}\n\n', b""),
+    (b'event: message\ndata: {"jsonrpc":"2.0","params":{"progressToken":', b',"progress":1}}\n\n'),
+)
+
+
+def test_the_notifications_a_hit_replays_travel_with_the_value() -> None:
+    entry = decode(encode(KEY, RESULT, True, 1.0, 2.0, GENERATION, 0.5, NOTES), KEY, GENERATION)
+    assert entry == TierEntry(RESULT, True, 1.0, 2.0, TTL_AT, 0.5, NOTES)
+    assert entry.size == len(RESULT) + sum(len(a) + len(b) for a, b in NOTES)
+
+
+@pytest.mark.parametrize(
+    "notes",
+    [
+        ((b"data: {}\n\n", b""),),
+        ((b"event: message\ndata: {}\n\nevent: message\ndata: {}\n\n", b""),),
+        ((b"event: message\ndata: {}\n", b""),),
+        ((b"event: message\ndata: {\r}\n\n", b""),),
+        ((b"event: message\ndata: {", b"}\n\n"),),
+    ],
+    ids=["no event head", "two events", "unended", "carriage return", "progress unended"],
+)
+def test_notifications_not_framed_as_this_tier_writes_them_are_refused(
+    notes: tuple[tuple[bytes, bytes], ...],
+) -> None:
+    value = encode(KEY, RESULT, True, 1.0, 2.0, GENERATION, 0.0, notes)
+    assert decode(value, KEY, GENERATION) is None
+
+
+def test_a_value_cut_inside_its_notifications_is_refused() -> None:
+    value = encode(KEY, RESULT, True, 1.0, 2.0, GENERATION, 0.0, NOTES)
+    assert decode(value[:-1], KEY, GENERATION) is None
+    assert decode(value[: len(value) - len(NOTES[1][1]) - 3], KEY, GENERATION) is None

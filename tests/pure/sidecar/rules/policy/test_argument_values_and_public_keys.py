@@ -379,6 +379,15 @@ def test_a_result_is_filed_for_everyone_only_as_marked_and_when_nothing_says_oth
     assert (filed.key == lookup.key) is not public
 
 
+def test_a_result_marked_public_whose_stream_had_notifications_stays_its_callers() -> None:
+    """The server's mark is the result's: a log line before it may name who asked."""
+    s = server(trustPublicHints=True)
+    lookup = lookup_for(s, read("doc://x"), {"authorization": "alice"})
+    log = (b'event: message\ndata: {"method":"notifications/message"}\n\n', b"")
+    filed = filing(s, lookup, Verdict(None, b"{}", scope="public", notes=(log,)), {})
+    assert (filed.key, filed.scope.public) == (lookup.key, False)
+
+
 def test_a_result_of_a_public_tool_the_server_marks_private_is_not_stored() -> None:
     s = server(tools=[{"name": "search", "scope": "public"}])
     lookup = lookup_for(s, call("search", {}), {})

@@ -1,0 +1,56 @@
+"""The MCP conformance suite (`@modelcontextprotocol/conformance`), whose server
+scenarios connect to a server as an MCP client (the TypeScript SDK's) and check what it
+does. `conformance/install.sh` installs the version its lock file pins (tests/run.sh
+runs it once and passes the directory on); it runs with `conformance/node20.mjs`, which
+lends it the one Node 22 function it imports (for its reports, not its scenarios)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+INSTALL = Path(__file__).parent / "conformance" / "install.sh"
+ENV = "MCPCACHE_CONFORMANCE"
+SCENARIO_SECONDS = 60
+"""The most one scenario may take (its own calls time out at 30 s)."""
+
+
+def suite_directory() -> Path:
+    """Where the suite is installed; without Node the test skips (under CI it fails:
+    .ci/run has Node)."""
+    if found := os.environ.get(ENV):
+        return Path(found)
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        reason = "no Node.js: the conformance suite cannot run"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    out = subprocess.run(["bash", str(INSTALL)], check=True, capture_output=True, text=True)
+    directory = Path(out.stdout.strip().splitlines()[-1])
+    os.environ[ENV] = str(directory)
+    return directory
+
+
+def run_server_scenario(
+    suite: Path, url: str, scenario: str, workdir: Path
+) -> list[dict[str, Any]]:
+    """Run one server scenario against `url`; its checks (each with a `status`). The
+    suite writes its results under `workdir`."""
+    main = suite / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+    shim, results = suite / "node20.mjs", workdir / "results"
+    command = ["node", "--import", str(shim), str(main), "server", "--url", url]
+    command += ["--scenario", scenario, "--output-dir", str(results)]
+    ran = subprocess.run(
+        command, cwd=workdir, capture_output=True, timeout=SCENARIO_SECONDS, check=False
+    )
+    found = list(results.rglob("checks.json"))
+    assert len(found) == 1, ran.stderr.decode(errors="replace")[-2000:]
+    checks: list[dict[str, Any]] = json.loads(found[0].read_text())
+    shutil.rmtree(results)
+    return checks

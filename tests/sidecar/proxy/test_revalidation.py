@@ -3,12 +3,14 @@ hit's own request, and compared with the entry; a changed answer replaces it."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
 
+from peers.asgi import read_body, send_json
 from peers.clients import call_tool, first_text, http_get, unique
-from peers.serving import async_wait_until
+from peers.serving import async_wait_until, served
 from peers.sidecar import RunningSidecar, one_server
 
 
@@ -125,3 +127,39 @@ async def test_a_callers_rechecks_that_find_changes_leave_other_entries_in_memor
     kept = await call(sidecar, "echo", alice_args, 4, authorization="Bearer alice")
     assert kept.headers["cache-status"] == "mcpcache; hit", "another caller's entry stays"
     assert first_text(kept) == first_text(stored)
+
+
+class Drifting:
+    """A raw upstream whose answer to a call changes after the first, and then says it
+    may not be stored (`Cache-Control: no-store`): what the SDK's server cannot send."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        message = json.loads(await read_body(receive))
+        text = message["params"]["arguments"]["text"]
+        seen = self.calls[text] = self.calls.get(text, 0) + 1
+        result = {"content": [{"type": "text", "text": f"{text} #{seen}"}]}
+        extra = [] if seen == 1 else [(b"cache-control", b"no-store")]
+        await send_json(send, {"jsonrpc": "2.0", "id": message["id"], "result": result}, extra)
+
+
+async def test_a_changed_answer_that_may_not_be_stored_removes_only_the_entry_it_checked(
+    make_sidecar,
+) -> None:
+    peer = Drifting()
+    with served(peer, lifespan="off") as app:
+        sidecar = make_sidecar(one_server(app.base_url + "/mcp", ttl="60s", revalidateSample=1))
+        checked, other = {"text": unique()}, {"text": unique()}
+        await call(sidecar, "echo", checked, 1)
+        await call(sidecar, "echo", other, 2)
+        hit = await call(sidecar, "echo", checked, 3)
+        assert hit.headers["cache-status"] == "mcpcache; hit"
+        await async_wait_until(lambda: revalidations(sidecar, "changed") == 1, 10, "the check")
+        kept = await call(sidecar, "echo", other, 4)
+        assert kept.headers["cache-status"] == "mcpcache; hit", "another entry of the server"
+        assert first_text(kept) == f"{other['text']} #1"
+        gone = await call(sidecar, "echo", checked, 5)
+        assert gone.headers["cache-status"].startswith("mcpcache; fwd=miss")
+        assert first_text(gone) == f"{checked['text']} #3"

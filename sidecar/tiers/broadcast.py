@@ -2,7 +2,7 @@
 to have arrived.
 
 A replica that removes entries (a purge, a write's invalidation, a notification, a
-recheck that found a changed answer) fences the shared tier (`removals`) and then
+recheck that found a changed answer) fences the shared tier (`generations`) and then
 announces the removal on its app's channel (`KeyLayout.channel`; sharded pub/sub on a
 cluster), after the fence and never before it: a replica told first could copy the old
 entry back from the tier. Every replica of the app listens there and removes the same

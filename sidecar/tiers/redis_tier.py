@@ -13,7 +13,7 @@ never delay an answer: they run as tasks of their own, at most `MAX_PENDING_WRIT
 time, and those still running at shutdown get one timeout to finish.
 
 Removals reach every replica's and every shard's entries and are never lost to a late
-write (`removals`).
+write (`generations`).
 
 Values and keys are the codec's (`codec`), the client the deployment's (`connect`, which
 alone imports `redis`, and only when the tier starts), the breaker its own (`breaker`).
@@ -44,7 +44,7 @@ from .announcement import encode as encode_announcement
 from .breaker import FAILED, POOL_FULL, SKIPPED, Breaker, Failed, State
 from .broadcast import Broadcast
 from .codec import OVERHEAD, KeyLayout, TierEntry, decode, encode
-from .removals import Removals
+from .generations import Generations
 
 if TYPE_CHECKING:
     from .connect import RedisClient
@@ -99,7 +99,7 @@ class RedisTier:
         self._pending: set[asyncio.Future[object]] = set()
         self._forgetting: set[asyncio.Future[None]] = set()
         self.keys = KeyLayout(settings.namespace)
-        self.removals = Removals(
+        self.removals = Generations(
             self._run, self._client, self.keys, settings.retry_after, self._announce
         )
         self.sender = secrets.token_hex(8)

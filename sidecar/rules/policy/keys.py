@@ -33,7 +33,7 @@ SCOPED_RESULTS: Final = METADATA_METHODS | {"resources/read"}
 """The six results that carry `cacheScope` (the 2026-07-28 specification)."""
 
 
-class Call(NamedTuple):
+class ToolCall(NamedTuple):
     """What the policy reads of a request before it keys it: the tool rule, the tool,
     the params with learned defaults filled in, and the caller they were learned for."""
 
@@ -57,7 +57,7 @@ class Keys(NamedTuple):
     """The params `key` was made of."""
 
 
-def request_keys(asked: Asked, call: Call, caller: Caller, app_id: str) -> Keys | None:
+def request_keys(asked: Asked, call: ToolCall, caller: Caller, app_id: str) -> Keys | None:
     """The request's keys; None when it is nested deeper than a key can be written."""
     server, message, headers, raw_headers, query, _ = asked
     cache, rule, method = server.cache, call.rule, message.method
@@ -96,7 +96,7 @@ def request_keys(asked: Asked, call: Call, caller: Caller, app_id: str) -> Keys 
     return Keys(key, named_key, public_key, public, keyed, params)
 
 
-def kept(server: Server, message: Message, call: Call, keys: Keys) -> tuple[float, Scope]:
+def kept(server: Server, message: Message, call: ToolCall, keys: Keys) -> tuple[float, Scope]:
     """How long an answer is kept at most, and the scope it is indexed under (the values
     writes `match` on, and whether it is for everyone)."""
     cache, rule, tool = server.cache, call.rule, call.tool

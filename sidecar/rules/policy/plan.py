@@ -33,7 +33,7 @@ from ..protocol.asked import Asked
 from ..protocol.messages import CACHEABLE_METHODS, METADATA_METHODS, REQUEST_STATE_PARAMS, Message
 from ..reading.arguments import arguments_of, doubtful
 from .arguments import read_arguments, skipped, with_defaults
-from .keys import Call, entry_session, kept, request_keys
+from .keys import ToolCall, entry_session, kept, request_keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +152,7 @@ def plan(asked: Asked, app_id: str, hints: LearnedTools | None = None) -> Bypass
     reason = bypass_reason(server, message)
     if reason is not None and reason == message.doubt:
         return Bypass(reason, doubtful_writes(server, message, tool_rule(server, message)))
-    call = Call(tool_rule(server, message) if server.cache.tools else None, None, {}, None)
+    call = ToolCall(tool_rule(server, message) if server.cache.tools else None, None, {}, None)
     if reason is None and message.method == "tools/call":
         reason, call = _tool_call(asked, call.rule, hints)
     if reason is not None:
@@ -184,14 +184,14 @@ def plan(asked: Asked, app_id: str, hints: LearnedTools | None = None) -> Bypass
 
 def _tool_call(
     asked: Asked, rule: ToolRule | None, hints: LearnedTools | None
-) -> tuple[BypassReason | None, Call]:
+) -> tuple[BypassReason | None, ToolCall]:
     """Why a call of this tool is not looked up (its rule, its server's hints, an
     argument read in doubt, a `skipIf` value), or None; and the call as it is keyed,
     with the defaults learned for its caller filled in."""
     server = asked.server
     cache, params = server.cache, asked.message.params
     tool: str = params["name"]
-    call = Call(rule, tool, params, None)
+    call = ToolCall(rule, tool, params, None)
     reason: BypassReason | None = None
     if rule is not None or cache.only_read_only_tools or hints is not None:
         reason = tool_bypass(server, rule, tool, hints or LearnedTools())

@@ -22,7 +22,7 @@ from mcpcache.sidecar.tiers.announcement import Announcement
 from mcpcache.sidecar.tiers.breaker import Failed
 from mcpcache.sidecar.tiers.codec import KeyLayout
 from mcpcache.sidecar.tiers.connect import RedisClient
-from mcpcache.sidecar.tiers.removals import Removals
+from mcpcache.sidecar.tiers.generations import Generations
 from peers.clients import call_body, call_headers, http_client, post, unique
 from peers.paths import ROOT
 from peers.rediscluster import RedisCluster
@@ -405,7 +405,7 @@ async def test_a_removal_made_while_the_fence_is_on_its_way_gets_a_generation_of
         with redis_server.client() as other_replica:
             announced.append((told, other_replica.get(name)))
 
-    removals = Removals(run, client, keys, settings.retry_after, announce)
+    removals = Generations(run, client, keys, settings.retry_after, announce)
     try:
         told = removals.forget_server(app_id, "s", Announcement("s", tools=("first",)))
         await asyncio.wait_for(told, 10)

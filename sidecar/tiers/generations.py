@@ -46,7 +46,7 @@ class Runner(Protocol):
     ) -> Awaitable[T | Failed]: ...
 
 
-class Removals:
+class Generations:
     """The removals of one tier, and those still owed."""
 
     def __init__(

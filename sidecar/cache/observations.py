@@ -12,18 +12,21 @@ none is ever reported (counts only).
 From it, per tool: how many answers came, how many repeated a key seen before, whether
 repeats came back the same, and the shortest span over which they did; and per pair of
 a write and a read, how often the read's answer changed across the write and how often
-it did not, and for each argument name both have, how often their values lined up when
-it changed. A change with no removal of entries between the two answers is the
-upstream's own (a TTL bounds it); one across writes of this sidecar is put down to each
-of them; one across a removal this sidecar did not make (another replica's write, a
+it did not; and for each change, the writes between and the argument names on which
+each had the read's value (names only). A change with no removal of entries between the
+two answers is the upstream's own (a TTL bounds it); one across writes of this sidecar
+is recorded with them (`cache.proposals` decides which write it is put down to); one
+across a removal this sidecar did not make (another replica's write, a
 purge) is put down to no write (`unattributed`): `cache.proposals` then has every write
 remove that read whole. Per question (a tool and its arguments, whoever asks): whether
 answers to different callers agreed while no removal came between them.
 
 Nothing here changes any setting: a person reads the suggestion and decides.
 
-Bounds (LRU, per server): 4096 keys, 4096 questions with at most 8 callers each, 256
-writes, 512 tools and 1024 write/read pairs, 16 argument names per call.
+Bounds (per server): 4096 keys and 4096 questions (least recently answered forgotten
+first) with at most 8 callers each, the last 256 writes, the last 1024 changes put down
+to writes (each across at most 32 of them), 512 tools, 1024 write/read pairs, 16
+argument names per call.
 
 Pure, no I/O.
 """
@@ -61,6 +64,9 @@ MAX_CALLERS_PER_QUESTION: Final = 8
 MAX_WRITES_PER_SERVER: Final = 256
 """Writes remembered, to put a read's change down to; a change across more is unattributed."""
 MAX_PAIRS_PER_SERVER: Final = 1024
+MAX_CHANGES_PER_SERVER: Final = 1024
+MAX_CALLS_PER_CHANGE: Final = 32
+"""Writes between two answers that a change is put down to; across more it is unattributed."""
 MAX_ARGUMENTS: Final = 16
 """Argument names of one call compared; a call with more is compared on none."""
 ARGUMENT_NAME: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -115,12 +121,15 @@ class Pair:
     """What one write tool's calls did to one read tool's answers."""
 
     changed: int = 0
-    """Answers that changed across a call of the write."""
+    """Answers that changed across a call of the write (alone or with others)."""
     unchanged: int = 0
     """Answers that stayed the same across one."""
-    lined: dict[str, int] = field(default_factory=dict)
-    """Per argument name: of the changes, how many had a call of the write with the same
-    value of it as the read."""
+
+
+Change = tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]
+"""A read tool's answer that changed across writes of this sidecar: the read tool, and
+for each write call between, its tool and the argument names on which its value was the
+read's (names only)."""
 
 
 @dataclass(slots=True)
@@ -163,6 +172,8 @@ class _Server:
     """Calls of each write tool."""
     pairs: dict[tuple[str, str], Pair] = field(default_factory=dict)
     """(write tool, read tool): what the write's calls did to the read's answers."""
+    changes: deque[Change] = field(default_factory=lambda: deque(maxlen=MAX_CHANGES_PER_SERVER))
+    """The latest changes put down to writes of this sidecar."""
     count: int = 0
     """Writes seen so far."""
 
@@ -249,17 +260,17 @@ class Observations:
                 tally.shortest_stable = stable
             return
         tally.explained += 1
-        if across is None:
+        if across is None or len(across) > MAX_CALLS_PER_CHANGE:
             tally.unattributed += 1
             return
-        mine = _comparable(arguments)
-        for write in {w.tool for w in across}:
-            pair = self._pair(record, write, tool)
-            pair.changed += 1
-            calls = [dict(w.arguments) for w in across if w.tool == write]
-            for name, value in mine:
-                if value and any(call.get(name) == value for call in calls):
-                    pair.lined[name] = pair.lined.get(name, 0) + 1
+        mine = [(n, v) for n, v in _comparable(arguments) if v]
+        calls = []
+        for call in across:
+            theirs = dict(call.arguments)
+            calls.append((call.tool, tuple(n for n, v in mine if theirs.get(n) == v)))
+        record.changes.append((tool, tuple(calls)))
+        for name in {w.tool for w in across}:
+            self._pair(record, name, tool).changed += 1
 
     @staticmethod
     def _across(record: _Server, seen: _Seen, epoch: int) -> list[_Write] | None:
@@ -334,16 +345,12 @@ class Observations:
         tool its tally, per write tool its calls and what they did to each read."""
         record = self._servers.get(server)
         if record is None:
-            return {"reads": {}, "writes": {}}
+            return {"reads": {}, "writes": {}, "changes": []}
         writes: dict[str, Any] = {
             tool: {"calls": calls, "reads": {}} for tool, calls in sorted(record.written.items())
         }
         for (write, read), pair in sorted(record.pairs.items()):
-            writes[write]["reads"][read] = {
-                "changed": pair.changed,
-                "unchanged": pair.unchanged,
-                "lined": dict(sorted(pair.lined.items())),
-            }
+            writes[write]["reads"][read] = {"changed": pair.changed, "unchanged": pair.unchanged}
         reads = {
             tool: {
                 "calls": tally.calls,
@@ -360,7 +367,8 @@ class Observations:
             for tool, tally in sorted(record.tools.items())
             if tool not in record.written
         }
-        return {"reads": reads, "writes": writes}
+        changes = [[read, [[w, list(n)] for w, n in calls]] for read, calls in record.changes]
+        return {"reads": reads, "writes": writes, "changes": changes}
 
 
 def _named(tool: str) -> str:

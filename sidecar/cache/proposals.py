@@ -3,11 +3,13 @@
 
 Proposals only widen what the evidence showed, never narrow it:
 
-- a write `invalidates` every read whose answer changed across one of its calls, with
+- a write `invalidates` every read whose answer changed across its calls alone, with
   `match` on the arguments whose values lined up in every such change (and at least
-  `MIN_MATCH` of them); a read that also changed across removals this sidecar did not
-  make (another replica's write, a purge) is invalidated whole by every write, since
-  which write changed it is not known;
+  `MIN_MATCH` of them); a change across calls of several write tools is put down to
+  those whose rules already remove it, and when none does, each of them removes that
+  read whole; a read that also changed across removals this sidecar did not make
+  (another replica's write, a purge) is removed whole by every write, since which write
+  changed it is not known. Every change seen is removed by the rules proposed;
 - a read gets `ttl` only when its answers changed with nothing removed between (the
   upstream's own change: a TTL bounds it), and `enabled: false` when a repeat came back
   different before any repeat confirmed it (no TTL would be safe);
@@ -49,9 +51,11 @@ class Proposal:
 
 def merge(evidences: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """The evidence of several sidecars of one server as one: counts added up, the
-    shortest stable span the least, the longest the greatest, callers the most."""
+    shortest stable span the least, the longest the greatest, callers the most, the
+    changes put together."""
     reads: dict[str, dict[str, Any]] = {}
     writes: dict[str, dict[str, Any]] = {}
+    changes: list[Any] = []
     for evidence in evidences:
         for tool, seen in evidence.get("reads", {}).items():
             into = reads.setdefault(tool, {k: 0 for k in _SUMMED} | _SPANS)
@@ -65,22 +69,86 @@ def merge(evidences: Iterable[dict[str, Any]]) -> dict[str, Any]:
             into = writes.setdefault(tool, {"calls": 0, "reads": {}})
             into["calls"] += wrote["calls"]
             for read, pair in wrote["reads"].items():
-                had = into["reads"].setdefault(read, {"changed": 0, "unchanged": 0, "lined": {}})
+                had = into["reads"].setdefault(read, {"changed": 0, "unchanged": 0})
                 had["changed"] += pair["changed"]
                 had["unchanged"] += pair["unchanged"]
-                for name, count in pair["lined"].items():
-                    had["lined"][name] = had["lined"].get(name, 0) + count
-    return {"reads": reads, "writes": writes}
+        changes += evidence.get("changes", [])
+    return {"reads": reads, "writes": writes, "changes": changes}
 
 
 _SPANS: Final[dict[str, Any]] = {"callers": 0, "longestStable": 0.0, "shortestStable": None}
+
+Match = tuple[str, ...] | None
+"""How a write removes a read: on these arguments, or (None) every entry of it."""
+
+
+def removals(
+    changes: list[Any], writes: Iterable[str], unattributed: bool
+) -> tuple[dict[str, Match], dict[str, tuple[int, int]]]:
+    """How each write removes one read, so that every change seen is removed: first
+    from the changes across calls of one write tool alone (a `match` on the arguments
+    one call lined up on in every one of them, at least `MIN_MATCH`; the whole read
+    otherwise), then every change across several writes that none of those rules
+    removes has each of its writes remove the read whole; a read that changed across
+    removals of other sidecars is removed whole by every write. Also, per write: the
+    changes across it alone and along with others."""
+    alone: dict[str, list[list[Any]]] = {}
+    counts: dict[str, tuple[int, int]] = {}
+    for calls in changes:
+        tools = {tool for tool, _ in calls}
+        for tool in tools:
+            one, more = counts.get(tool, (0, 0))
+            counts[tool] = (one + 1, more) if len(tools) == 1 else (one, more + 1)
+        if len(tools) == 1:
+            alone.setdefault(calls[0][0], []).append(calls)
+    rules: dict[str, Match] = {tool: _match(seen) for tool, seen in alone.items()}
+    for calls in changes:
+        if not any(_removes(rules, tool, lined) for tool, lined in calls):
+            rules.update({tool: None for tool, _ in calls})
+    if unattributed:
+        rules.update({tool: None for tool in writes})
+    return rules, counts
+
+
+def _match(changes: list[list[Any]]) -> Match:
+    if len(changes) < MIN_MATCH:
+        return None
+    names = set.intersection(*({n for _, lined in calls for n in lined} for calls in changes))
+    match = tuple(sorted(names))[:MAX_MATCHED_ARGUMENTS]  # fewer names remove more
+    if match and all(any(set(match) <= set(lined) for _, lined in c) for c in changes):
+        return match
+    return None
+
+
+def _removes(rules: dict[str, Match], tool: str, lined: list[str]) -> bool:
+    if tool not in rules:
+        return False
+    match = rules[tool]
+    return match is None or set(match) <= set(lined)
 
 
 def propose(evidence: dict[str, Any]) -> list[Proposal]:
     """The rules the evidence suggests: writes first, then reads, each by name."""
     reads, writes = evidence["reads"], evidence["writes"]
-    unattributed = sorted(t for t, seen in reads.items() if seen["unattributed"])
-    proposals = [_write(tool, wrote, reads, unattributed) for tool, wrote in sorted(writes.items())]
+    by_read: dict[str, list[Any]] = {}
+    for read, calls in evidence.get("changes", []):
+        by_read.setdefault(read, []).append(calls)
+    removed: dict[str, dict[str, Match]] = {}
+    counted: dict[str, dict[str, tuple[int, int]]] = {}
+    for read in sorted(set(by_read) | {t for t, seen in reads.items() if seen["explained"]}):
+        seen = reads.get(read, {"explained": 0, "unattributed": 0})
+        rules, counts = removals(by_read.get(read, []), writes, bool(seen["unattributed"]))
+        if len(by_read.get(read, [])) < seen["explained"] - seen["unattributed"]:
+            # Some changes were forgotten (bounds): each write seen changing it, whole.
+            changed = [t for t, w in writes.items() if w["reads"].get(read, {}).get("changed")]
+            rules.update({tool: None for tool in changed})
+        for tool, match in rules.items():
+            removed.setdefault(tool, {})[read] = match
+            counted.setdefault(tool, {})[read] = counts.get(tool, (0, 0))
+    proposals = [
+        _write(tool, wrote, removed.get(tool, {}), counted.get(tool, {}), reads)
+        for tool, wrote in sorted(writes.items())
+    ]
     proposals += [_read(tool, seen) for tool, seen in sorted(reads.items()) if tool not in writes]
     for proposal in proposals:
         if len(proposal.rule) > 1:
@@ -89,31 +157,35 @@ def propose(evidence: dict[str, Any]) -> list[Proposal]:
 
 
 def _write(
-    tool: str, wrote: dict[str, Any], reads: dict[str, Any], unattributed: list[str]
+    tool: str,
+    wrote: dict[str, Any],
+    removed: dict[str, Match],
+    counted: dict[str, tuple[int, int]],
+    reads: dict[str, Any],
 ) -> Proposal:
     proposal = Proposal({"name": tool}, [f"{tool}: {wrote['calls']} calls answered as a write"])
     if not _nameable(tool):
         proposal.evidence.append("  a name the config would read as a glob: no rule proposed")
         return proposal
-    changed = {r: p for r, p in wrote["reads"].items() if p["changed"]}
     invalidates: list[str | dict[str, Any]] = []
-    for read in sorted(set(changed) | set(unattributed)):
-        pair = wrote["reads"].get(read, {"changed": 0, "unchanged": 0, "lined": {}})
-        across = reads.get(read, {}).get("unattributed", 0)
-        said = f"  {read}: changed across it {pair['changed']}, unchanged {pair['unchanged']}"
-        if across:
-            said += f"; changed across removals made elsewhere {across}: all of its entries"
-        match = []
-        if not across and pair["changed"] >= MIN_MATCH:
-            match = sorted(n for n, k in pair["lined"].items() if k == pair["changed"])
-            match = match[:MAX_MATCHED_ARGUMENTS]  # fewer names remove more: never less
+    for read, match in sorted(removed.items()):
+        alone, more = counted.get(read, (0, 0))
+        unchanged = wrote["reads"].get(read, {}).get("unchanged", 0)
+        said = f"  {read}: changed across it alone {alone}, with other writes {more}"
+        said += f", unchanged {unchanged}"
+        if across := reads.get(read, {}).get("unattributed", 0):
+            said += f"; changed across removals made elsewhere {across}"
         if match:
-            said += f"; {', '.join(match)} lined up in all {pair['changed']}"
+            said += f"; {', '.join(match)} lined up in every change across it alone"
         proposal.evidence.append(said)
-        invalidates.append({"tool": read, "match": match} if match else read)
+        invalidates.append({"tool": read, "match": list(match)} if match else read)
     for read, pair in sorted(wrote["reads"].items()):
-        if read not in changed and read not in unattributed:
-            proposal.evidence.append(f"  {read}: never changed across it ({pair['unchanged']})")
+        if read not in removed:
+            changed, unchanged = pair["changed"], pair["unchanged"]
+            said = f"  {read}: unchanged across it {unchanged}"
+            if changed:
+                said += f", changed {changed} with other writes (theirs, by the rules above)"
+            proposal.evidence.append(said)
     if any(not _nameable(r if isinstance(r, str) else r["tool"]) for r in invalidates):
         invalidates = ["*"]  # a read the config cannot name: every entry
     elif len(invalidates) > MAX_RULE_NAMES:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..cache.observations import ArgumentDigests, answer_digest, scope_label
 from ..rules.invalidation.removals import argument_digests
 from ..rules.key.cache_key import secret_digest
-from ..rules.key.callers import credential_digest
+from ..rules.key.callers import PROTOCOL_HEADER, credential_digest
 from ..rules.protocol.messages import Message
 
 if TYPE_CHECKING:
@@ -23,12 +23,14 @@ def answered(
     """A read's upstream answer; `epoch`: the server's removal epoch when it went up."""
     server, lookup = request.server, request.lookup
     arguments = _digests(request.message)
-    # A question has a digest only when every argument value has one.
+    # A question has a digest only when every argument value has one. The protocol
+    # version is part of it, as of an entry for every caller's key: answers in two
+    # versions may differ in shape, whoever asks.
     known = arguments is not None and all(d for _, d in arguments)
     question = ""
     if known and lookup.scope.tool is not None:
-        assert arguments is not None
-        question = secret_digest(repr((lookup.scope.tool, arguments)))
+        version = request.incoming.headers.get(PROTOCOL_HEADER, "")
+        question = secret_digest(repr((lookup.scope.tool, arguments, version)))
     storage.observations.saw(
         server.name,
         scope_label(lookup.scope),

@@ -111,8 +111,11 @@ async def test_suggest_prints_tool_rules_the_config_accepts_with_their_evidence(
         {"name": "update_doc", "invalidates": [{"tool": "get_doc", "match": ["name"]}]},
         {"name": "stable", "scope": "public"},
     ], printed.stdout
-    assert "get_doc: changed across it 3, unchanged 0; name lined up in all 3" in printed.stdout
-    assert "stable: never changed across it (4)" in printed.stdout
+    assert (
+        "get_doc: changed across it alone 3, with other writes 0, unchanged 0;"
+        " name lined up in every change across it alone"
+    ) in printed.stdout
+    assert "stable: unchanged across it 4" in printed.stdout
     for private in (name, word, "ana", "ben", "three"):
         assert private not in printed.stdout, "counts only: no value, answer or caller"
     # Pasted under the server's cache, the config model takes it as it is.

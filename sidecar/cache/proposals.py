@@ -7,9 +7,11 @@ Proposals only widen what the evidence showed, never narrow it:
   `match` on the arguments whose values lined up in every such change (and at least
   `MIN_MATCH` of them); a change across calls of several write tools is put down to
   those whose rules already remove it, and when none does, each of them removes that
-  read whole; a read that also changed across removals this sidecar did not make
-  (another replica's write, a purge) is removed whole by every write, since which write
-  changed it is not known. Every change seen is removed by the rules proposed;
+  read whole; a write seen across the read's changes only along with others removes it
+  whole too (its own change may have been masked); a read that also changed across
+  removals this sidecar did not make (another replica's write, a purge) is removed whole
+  by every write, since which write changed it is not known. Every change seen is
+  removed by the rules proposed;
 - a read gets `ttl` only when its answers changed with nothing removed between (the
   upstream's own change: a TTL bounds it), and `enabled: false` when a repeat came back
   different before any repeat confirmed it (no TTL would be safe);
@@ -89,9 +91,10 @@ def removals(
     from the changes across calls of one write tool alone (a `match` on the arguments
     one call lined up on in every one of them, at least `MIN_MATCH`; the whole read
     otherwise), then every change across several writes that none of those rules
-    removes has each of its writes remove the read whole; a read that changed across
-    removals of other sidecars is removed whole by every write. Also, per write: the
-    changes across it alone and along with others."""
+    removes has each of its writes remove the read whole, as does every write seen
+    between the read's changes only along with others (it may have been masked); a read
+    that changed across removals of other sidecars is removed whole by every write.
+    Also, per write: the changes across it alone and along with others."""
     alone: dict[str, list[list[Any]]] = {}
     counts: dict[str, tuple[int, int]] = {}
     for calls in changes:
@@ -105,6 +108,9 @@ def removals(
     for calls in changes:
         if not any(_removes(rules, tool, lined) for tool, lined in calls):
             rules.update({tool: None for tool, _ in calls})
+    # A write never seen changing the read alone may still change it, masked by the
+    # others (a create_doc between update_docs): it removes it whole.
+    rules.update({tool: None for tool in counts if tool not in rules})
     if unattributed:
         rules.update({tool: None for tool in writes})
     return rules, counts

@@ -97,7 +97,7 @@ def test_one_change_is_not_enough_to_match_on() -> None:
     assert world.rules()["update_doc"]["invalidates"] == ["get_doc"]
 
 
-def test_a_change_across_several_writes_is_put_down_to_the_one_seen_making_it_alone() -> None:
+def test_a_change_across_writes_is_matched_for_the_write_seen_alone_whole_for_others() -> None:
     world = World()
     for version in range(2):  # update_doc alone changes the document of its name
         world.read("get_doc", f"a{version}", name="a")
@@ -106,9 +106,16 @@ def test_a_change_across_several_writes_is_put_down_to_the_one_seen_making_it_al
     world.write("create_doc", name="n", folder="f")  # both between two answers
     world.write("update_doc", name="a")
     world.read("get_doc", "a3", name="a")
-    rules = world.rules()
-    assert rules["update_doc"]["invalidates"] == [{"tool": "get_doc", "match": ["name"]}]
-    assert "invalidates" not in rules["create_doc"], "its change is update_doc's"
+    world.read("get_doc", "b0", name="b")
+    world.write("create_doc", name="m", folder="f")
+    world.read("get_doc", "b0", name="b")  # unchanged across create_doc alone
+    proposals = {p.rule["name"]: p for p in propose(world.seen.evidence("s"))}
+    update, create = proposals["update_doc"], proposals["create_doc"]
+    assert update.rule["invalidates"] == [{"tool": "get_doc", "match": ["name"]}]
+    assert create.rule["invalidates"] == ["get_doc"], "it may have been masked"
+    assert create.evidence[1] == (
+        "  get_doc: changed across it alone 0, with other writes 1, unchanged 1"
+    )
 
 
 def test_a_change_across_several_writes_none_explains_has_each_remove_the_read() -> None:

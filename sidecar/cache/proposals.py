@@ -8,7 +8,8 @@ Proposals only widen what the evidence showed, never narrow it:
   `MIN_MATCH` of them); a change across calls of several write tools is put down to
   those whose rules already remove it, and when none does, each of them removes that
   read whole; a write seen across the read's changes only along with others removes it
-  whole too (its own change may have been masked); a read that also changed across
+  whole too (its own change may have been masked), unless the read was seen unchanged
+  across it `MIN_UNCHANGED` times; a read that also changed across
   removals this sidecar did not make (another replica's write, a purge) is removed whole
   by every write, since which write changed it is not known. Every change seen is
   removed by the rules proposed;
@@ -38,6 +39,9 @@ from .observations import OTHER, Tally, suggestion
 
 MIN_MATCH: Final = 2
 """Changes that must all line up on an argument before a `match` on it is proposed."""
+MIN_UNCHANGED: Final = 5
+"""Times a read was seen unchanged across a write before a change across it along with
+other writes, which theirs remove, is taken to be theirs alone."""
 MIN_PUBLIC_AGREED: Final = 2
 """Agreements between callers before `scope: public` is proposed."""
 _SUMMED: Final = ("calls", "repeats", "changed", "explained", "unattributed", "agreed", "varied")
@@ -85,16 +89,17 @@ Match = tuple[str, ...] | None
 
 
 def removals(
-    changes: list[Any], writes: Iterable[str], unattributed: bool
+    changes: list[Any], writes: Iterable[str], unattributed: bool, unchanged: dict[str, int]
 ) -> tuple[dict[str, Match], dict[str, tuple[int, int]]]:
     """How each write removes one read, so that every change seen is removed: first
     from the changes across calls of one write tool alone (a `match` on the arguments
     one call lined up on in every one of them, at least `MIN_MATCH`; the whole read
     otherwise), then every change across several writes that none of those rules
     removes has each of its writes remove the read whole, as does every write seen
-    between the read's changes only along with others (it may have been masked); a read
-    that changed across removals of other sidecars is removed whole by every write.
-    Also, per write: the changes across it alone and along with others."""
+    between the read's changes only along with others (it may have been masked), unless
+    the read was seen unchanged across it at least `MIN_UNCHANGED` times (`unchanged`,
+    per write); a read that changed across removals of other sidecars is removed whole
+    by every write. Also, per write: the changes across it alone and along with others."""
     alone: dict[str, list[list[Any]]] = {}
     counts: dict[str, tuple[int, int]] = {}
     for calls in changes:
@@ -109,8 +114,10 @@ def removals(
         if not any(_removes(rules, tool, lined) for tool, lined in calls):
             rules.update({tool: None for tool, _ in calls})
     # A write never seen changing the read alone may still change it, masked by the
-    # others (a create_doc between update_docs): it removes it whole.
-    rules.update({tool: None for tool in counts if tool not in rules})
+    # others (a create_doc between update_docs): it removes it whole, unless the read
+    # was seen often enough unchanged across it.
+    masked = [t for t in counts if t not in rules and unchanged.get(t, 0) < MIN_UNCHANGED]
+    rules.update({tool: None for tool in masked})
     if unattributed:
         rules.update({tool: None for tool in writes})
     return rules, counts
@@ -143,7 +150,9 @@ def propose(evidence: dict[str, Any]) -> list[Proposal]:
     counted: dict[str, dict[str, tuple[int, int]]] = {}
     for read in sorted(set(by_read) | {t for t, seen in reads.items() if seen["explained"]}):
         seen = reads.get(read, {"explained": 0, "unattributed": 0})
-        rules, counts = removals(by_read.get(read, []), writes, bool(seen["unattributed"]))
+        kept = {tool: w["reads"].get(read, {}).get("unchanged", 0) for tool, w in writes.items()}
+        changes, across = by_read.get(read, []), bool(seen["unattributed"])
+        rules, counts = removals(changes, writes, across, kept)
         if len(by_read.get(read, [])) < seen["explained"] - seen["unattributed"]:
             # Some changes were forgotten (bounds): each write seen changing it, whole.
             changed = [t for t, w in writes.items() if w["reads"].get(read, {}).get("changed")]

@@ -330,3 +330,24 @@ def test_every_change_seen_is_removed_by_the_rules_proposed(day: list[Step]) -> 
                 whole = removal == "get_doc"
                 removed |= whole or (isinstance(removal, dict) and name == read)
         assert removed, (read, calls, rules)
+
+
+def test_a_write_seen_only_with_others_but_often_without_a_change_does_not_remove_the_read() -> (
+    None
+):
+    world = World()
+    for version in range(2):
+        world.read("get_doc", f"a{version}", name="a")
+        world.write("update_doc", name="a")
+    world.read("get_doc", "a2", name="a")
+    world.write("create_doc", name="n", folder="f")
+    world.write("update_doc", name="a")
+    world.read("get_doc", "a3", name="a")  # across both: update_doc's
+    assert world.rules()["create_doc"]["invalidates"] == ["get_doc"]
+    for number in range(5):  # then seen unchanged across create_doc five times
+        world.read("get_doc", "b0", name="b")
+        world.write("create_doc", name=f"m{number}", folder="f")
+    world.read("get_doc", "b0", name="b")
+    rules = world.rules()
+    assert "invalidates" not in rules["create_doc"]
+    assert rules["update_doc"]["invalidates"] == [{"tool": "get_doc", "match": ["name"]}]

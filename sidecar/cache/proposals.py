@@ -32,6 +32,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from pydantic import ValidationError
+
 from ..config import ToolRule
 from ..config.fields import MAX_RULE_NAMES
 from ..config.tools import MAX_MATCHED_ARGUMENTS, is_catch_all
@@ -165,9 +167,12 @@ def propose(evidence: dict[str, Any]) -> list[Proposal]:
         for tool, wrote in sorted(writes.items())
     ]
     proposals += [_read(tool, seen) for tool, seen in sorted(reads.items()) if tool not in writes]
-    for proposal in proposals:
-        if len(proposal.rule) > 1:
-            ToolRule.model_validate(proposal.rule)  # never print what the config refuses
+    for proposal in proposals:  # never print what the config would refuse
+        try:
+            ToolRule.model_validate(proposal.rule)
+        except ValidationError:
+            proposal.rule = {"name": proposal.rule["name"]}
+            proposal.evidence.append("  a rule the config would refuse: none proposed")
     return proposals
 
 

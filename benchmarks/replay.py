@@ -17,7 +17,13 @@ Each world is one build of the sidecar under one configuration, with its own ups
 Redis and replicas: build A is another install of the project, named by its interpreter
 (`--a-python`), build B this checkout; `plain` is `cache: {enabled: true}`, `rules` adds
 what an operator writes after reading the tools' docs (which writes invalidate which
-reads, and the search answers shared by all users). Every call of the trace goes to every
+reads, and the search answers shared by all users), and `suggested` (build B only) runs
+as `plain` for the first half of the trace, then takes the `tools:` rules that
+`mcpcache suggest --output yaml` (over every replica's admin endpoint, `--also`)
+proposed from that half, written into its config file and reloaded by each replica
+without a restart. The worlds are compared over the second half of the trace, the
+same calls for all (each with the cache its first half left); the first half's figures
+are kept in the JSON. Every call of the trace goes to every
 world in turn before the next call, so a shared machine's changing load falls on all
 alike. Each server's TTL is an hour: the trace compresses a day into minutes, and with a
 TTL shorter than the run, hit rates would follow the machine's speed; here every miss and
@@ -55,6 +61,7 @@ from typing import Any
 
 import httpx
 import httpx2
+import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from replay_store import Store, service_seconds
@@ -78,7 +85,9 @@ RULES: list[dict[str, Any]] = [
 CONFIGS: dict[str, dict[str, Any]] = {
     "plain": {"enabled": True, "ttl": TTL},
     "rules": {"enabled": True, "ttl": TTL, "tools": RULES},
+    "suggested": {"enabled": True, "ttl": TTL},  # until the rules suggest proposes
 }
+LEARNS = "suggested"
 
 
 @dataclass
@@ -111,6 +120,10 @@ class World:
         """Every answer the upstream would have given to each question, to anyone."""
         self.statuses: list[str] = []
         self.conversations: dict[str, Conversation] = {}
+        self.sidecars: list[Sidecar] = []
+        self.first_half = Tally()
+        self.suggested = ""
+        """What `mcpcache suggest` printed at the half (the `suggested` world)."""
 
     def sidecar_config(self, redis_url: str) -> dict[str, Any]:
         server = {"name": "docs", "url": f"{self.upstream}/mcp", "cache": CONFIGS[self.config]}
@@ -119,6 +132,27 @@ class World:
             "sharedCache": {"url": redis_url, "timeout": "250ms"},
             "servers": [server],
         }
+
+    async def learn(self) -> None:
+        """Ask `mcpcache suggest` for rules over every replica's evidence, and give them
+        to every replica (its config file, reloaded without a restart)."""
+        admin = [f"http://127.0.0.1:{s.listen}" for s in self.sidecars]
+        command = [self.python, "-m", "mcpcache.sidecar.cli", "suggest", "--output", "yaml"]
+        command += ["--url", admin[0], *(a for url in admin[1:] for a in ("--also", url))]
+        printed = await asyncio.to_thread(
+            subprocess.run, command, capture_output=True, text=True, timeout=60, check=True
+        )
+        self.suggested = printed.stdout
+        tools = (yaml.safe_load(self.suggested) or {}).get("tools") or []
+        for sidecar in self.sidecars:
+            document = json.loads(sidecar.config.read_text())
+            document["servers"][0]["cache"] = {**CONFIGS[self.config], "tools": tools}
+            written = sidecar.config.with_suffix(".new")
+            written.write_text(json.dumps(document))
+            written.replace(sidecar.config)  # whole, or not at all, when it is read
+        async with httpx.AsyncClient(timeout=5) as http:
+            for sidecar in self.sidecars:
+                await sidecar.reloaded(http)
 
     async def note_status(self, response: httpx2.Response) -> None:
         if status := response.headers.get("cache-status"):
@@ -295,6 +329,32 @@ def _wrong_kind(world: World, op: Op, text: str, ran: bool) -> str:
     return "other"
 
 
+@dataclass
+class Sidecar:
+    """One replica: its listener (the MCP path and the admin endpoint), its metrics
+    listener and its config file."""
+
+    listen: int
+    metrics: int
+    config: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listen}/mcp/docs"
+
+    async def reloaded(self, http: httpx.AsyncClient, seconds: float = 30.0) -> None:
+        """Wait until it has applied its config file once more (its reload counter)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            text = (await http.get(f"http://127.0.0.1:{self.metrics}/metrics")).text
+            if 'mcpcache_config_reloads_total{result="applied"} 1.0' in text:
+                return
+            if 'mcpcache_config_reloads_total{result="rejected"} 0.0' not in text:
+                raise RuntimeError(f"the sidecar refused its new config: {self.config}")
+            await asyncio.sleep(0.1)
+        raise TimeoutError(f"no reload of {self.config}")
+
+
 class Processes:
     """The processes of every world, started together (each takes seconds to import its
     libraries, on a machine that may be busy) and ended by their own handles."""
@@ -312,8 +372,8 @@ class Processes:
             )
         self.ready_urls.append(ready_url)
 
-    def sidecar(self, python: str, document: dict[str, Any]) -> str:
-        """A sidecar run by `python` (so from that interpreter's install); its MCP URL."""
+    def sidecar(self, python: str, document: dict[str, Any]) -> Sidecar:
+        """A sidecar run by `python` (so from that interpreter's install)."""
         listen, metrics = free_port(), free_port()
         document = document | {
             "listen": {"host": "127.0.0.1", "port": listen},
@@ -324,7 +384,7 @@ class Processes:
         args = [python, "-m", "mcpcache.sidecar.cli", "sidecar", "--config", str(path)]
         args += ["--log-level", "WARNING"]
         self.start(args, f"http://127.0.0.1:{metrics}/readyz", 1)
-        return f"http://127.0.0.1:{listen}/mcp/docs"
+        return Sidecar(listen, metrics, path)
 
     def wait_ready(self) -> None:
         for url in self.ready_urls:
@@ -348,6 +408,8 @@ def worlds(
         made = []
         for config in configs:
             for build, python in builds.items():
+                if config == LEARNS and build != "B":
+                    continue  # another install may not propose rules
                 world = World(build, config, python)
                 port = free_port()
                 world.upstream = f"http://127.0.0.1:{port}"
@@ -355,7 +417,8 @@ def worlds(
                 args = [sys.executable, str(HERE / "replay_store.py"), "--port", str(port)]
                 processes.start([*args, "--seed", str(seed)], f"{world.upstream}/ledger", LOAD_CORE)
                 document = world.sidecar_config(stack.enter_context(redis_server()))
-                world.replicas = [processes.sidecar(python, document) for _ in range(replicas)]
+                world.sidecars = [processes.sidecar(python, document) for _ in range(replicas)]
+                world.replicas = [sidecar.url for sidecar in world.sidecars]
                 made.append(world)
         processes.wait_ready()
         yield made
@@ -366,6 +429,11 @@ async def replay(all_worlds: list[World], ops: list[Op], progress: bool) -> None
     async with AsyncExitStack() as stack:
         http = await stack.enter_async_context(httpx.AsyncClient(timeout=CALL_SECONDS))
         for op, kind in zip(ops, kinds, strict=True):
+            if op.index == len(ops) // 2:  # the second half: compared, with learnt rules
+                for world in all_worlds:
+                    world.first_half, world.tally = world.tally, Tally()
+                    if world.config == LEARNS:
+                        await world.learn()
             turn = op.index % len(all_worlds)  # each world goes first as often
             for world in all_worlds[turn:] + all_worlds[:turn]:
                 await step(world, op, kind, http)
@@ -413,6 +481,9 @@ STYLES = ("long", "per-call", "modern")
 
 
 def report(all_worlds: list[World], ops: list[Op]) -> None:
+    """The second half's figures (the calls all worlds are compared on)."""
+    half = len(ops) // 2
+    kinds, ops = repeat_kinds(ops)[half:], ops[half:]
     width = max(16, *(len(w.label) + 2 for w in all_worlds))
 
     def table(title: str, rows: list[tuple[str, Cell]]) -> None:
@@ -424,21 +495,31 @@ def report(all_worlds: list[World], ops: list[Op]) -> None:
     def rates(groups: tuple[str, ...], reads: Counter[str]) -> list[tuple[str, Cell]]:
         return [(f"  {g} ({reads[g]})", _hit_share(g, reads[g])) for g in groups]
 
-    repeats = Counter(repeat_kinds(ops))
+    repeats = Counter(kinds)
     styles = Counter[str](op.user.style for op in ops if not op.writes)
-    table(f"{len(ops)} calls", ROWS)
+    table(f"second half: {len(ops)} calls", ROWS)
     table("hit rate of reads asked", rates(REPEATS, repeats))
     table("hit rate of reads by client", rates(STYLES, styles))
     for world in all_worlds:
         for example in world.tally.examples[:3]:
             print(f"{world.label}: {example}")
+        if world.suggested:
+            print(f"\n{world.label}: what suggest proposed after the first half\n")
+            print(world.suggested)
 
 
 def summary(world: World) -> dict[str, Any]:
-    t = world.tally
     return {
         "build": world.build,
         "config": world.config,
+        **figures(world.tally),
+        "first_half": figures(world.first_half),
+        "suggested": world.suggested,
+    }
+
+
+def figures(t: Tally) -> dict[str, Any]:
+    return {
         **t.counts,
         "hit_rate": t.counts["hits"] / max(t.counts["reads"], 1),
         "upstream_seconds": {"spent": t.spent, "saved": t.saved, "without_cache": t.without_cache},
@@ -455,13 +536,14 @@ def main() -> int:
     parser.add_argument("--a-python", help="interpreter of build A (another install)")
     parser.add_argument("--quick", action="store_true", help="a short day, for a smoke run")
     parser.add_argument("--seed", type=int, default=39)
+    parser.add_argument("--days", type=int, default=2, help="days in the trace (2)")
     parser.add_argument("--replicas", type=int, help="sidecar replicas per world (3; quick: 2)")
-    parser.add_argument("--configs", default="plain,rules")
+    parser.add_argument("--configs", default="plain,rules,suggested")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     size = {"conversations": 1, "turns": 5} if args.quick else {"conversations": 2, "turns": 16}
     replicas = args.replicas or (2 if args.quick else 3)
-    ops = trace(args.seed, days=2, replicas=replicas, **size)
+    ops = trace(args.seed, days=args.days, replicas=replicas, **size)
     builds = {"B": sys.executable}
     if args.a_python is not None:
         builds = {"A": args.a_python, **builds}
@@ -475,11 +557,12 @@ def main() -> int:
     print(f"replayed and stopped in {time.monotonic() - started:.0f} s")
     report(made, ops)
     results = {"seed": args.seed, "calls": len(ops), "replicas": replicas, "quick": args.quick}
+    results["days"] = args.days
     results["worlds"] = [summary(w) for w in made]
     args.out.mkdir(parents=True, exist_ok=True)
     name = "replay-quick.json" if args.quick else "replay.json"
     (args.out / name).write_text(json.dumps(results, indent=2) + "\n")
-    b = [w.tally for w in made if w.build == "B"]
+    b = [t for w in made if w.build == "B" for t in (w.first_half, w.tally)]
     return 1 if any(sum(t.wrong.values()) or t.counts["failed"] for t in b) else 0
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .cache.proposals import merge, propose, render
 from .config import LISTEN_PORT_ENV, ConfigError
 from .config.units import format_duration
 
@@ -164,8 +165,17 @@ def _span(seconds: float | None) -> str:
 
 def _suggest(args: argparse.Namespace) -> int:
     answer = _admin_call(args, "/admin/suggest")
+    others = [_admin_call(argparse.Namespace(**{**vars(args), "url": u}), "/admin/suggest")
+              for u in args.also]  # fmt: skip
     if args.output == "json":
-        print(json.dumps(answer, indent=2))
+        print(json.dumps(answer if not others else [answer, *others], indent=2))
+        return 0
+    blocks = []
+    for name in sorted({n for a in (answer, *others) for n in a["evidence"]}):
+        evidence = merge(a["evidence"].get(name, {}) for a in (answer, *others))
+        blocks.append(render(name, propose(evidence)))
+    if args.output == "yaml":
+        print("\n".join(blocks), end="")
         return 0
     rows = [["SERVER", "TOOL", "CALLS", "REPEATS", "ANSWERS", "STABLE FOR", "SUGGESTED TTL"]]
     for name, tools in answer["servers"].items():
@@ -178,7 +188,9 @@ def _suggest(args: argparse.Namespace) -> int:
         print("no upstream answers seen yet")
         return 0
     print(_table(rows, right={2, 3}))
-    print("\nSuggestions only: nothing is applied. Copy a TTL into the MCPServer's tool rule.")
+    print("\nSuggestions only: nothing is applied. Copy a block under the MCPServer's cache:")
+    print()
+    print("\n".join(blocks), end="")
     return 0
 
 
@@ -201,14 +213,16 @@ def _purge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _admin_options(parser: argparse.ArgumentParser) -> None:
+def _admin_options(
+    parser: argparse.ArgumentParser, outputs: tuple[str, ...] = ("table", "json")
+) -> None:
     port = os.environ.get(LISTEN_PORT_ENV, "3500")
     parser.add_argument(
         "--url",
         default=f"http://127.0.0.1:{port}",
         help="the sidecar's proxy listener (default: loopback, port $MCPCACHE_LISTEN_PORT or 3500)",
     )
-    parser.add_argument("--output", choices=("table", "json"), default="table")
+    parser.add_argument("--output", choices=outputs, default="table")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds")
 
 
@@ -249,10 +263,18 @@ def build_parser(added: Iterable[str] = ()) -> argparse.ArgumentParser:
 
     suggest = commands.add_parser(
         "suggest",
-        help="per server and tool: how long repeated calls' answers stayed the same, and a "
-        "TTL to consider (never applied)",
+        help="per server: tool rules to consider (writes' invalidates with match, TTLs, "
+        "scope: public), each with its evidence, as a tools: block (never applied)",
     )
-    _admin_options(suggest)
+    _admin_options(suggest, ("table", "json", "yaml"))
+    suggest.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="another replica's listener: its evidence is added (each sees only the writes "
+        "made through it); repeatable",
+    )
     suggest.set_defaults(run=_suggest)
 
     purge = commands.add_parser(

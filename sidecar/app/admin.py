@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 from ..cache.observations import Observations
+from ..cache.proposals import propose
 from ..cache.store import ResponseCache
 from ..config import SidecarConfig
 from ..edge.errors import FORBIDDEN, UNKNOWN_SERVER, ProxyError
@@ -177,10 +178,19 @@ class Admin:
         }
 
     def suggest(self) -> dict[str, Any]:
-        """Per server and tool: what the upstream's answers showed, and a suggested TTL
-        (never applied: a person copies it into the MCPServer)."""
+        """Per server and tool: what the upstream's answers showed and a suggested TTL;
+        per server, the evidence in counts (which the CLI adds up over replicas) and the
+        tool rules it proposes (never applied: a person copies them into the MCPServer)."""
         names = sorted({s.name for s in self._config().servers} | set(self.observations.servers()))
-        return {"servers": {name: self.observations.suggest(name) for name in names}}
+        evidence = {name: self.observations.evidence(name) for name in names}
+        return {
+            "servers": {name: self.observations.suggest(name) for name in names},
+            "evidence": evidence,
+            "proposals": {
+                name: [{"rule": p.rule, "evidence": p.evidence} for p in propose(seen)]
+                for name, seen in evidence.items()
+            },
+        }
 
 
 def _not_allowed(method: str, allowed: str) -> ProxyError:

@@ -17,13 +17,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import orjson
 
 from ..cache.accepted import AcceptedContexts
-from ..cache.observations import Observations, answer_digest, scope_label
+from ..cache.observations import Observations
 from ..cache.store import ResponseCache
 from ..config import Server
 from ..edge import spans
@@ -47,6 +46,7 @@ from ..upstream.client import UpstreamFailure
 from ..upstream.exchange import Exchange, Exchanges, Outbound
 from ..upstream.flights import ALONE, ENDED_EARLY, Flight, Head, Outcome
 from ..upstream.relay import Relay
+from . import observing
 from .invalidation import Invalidator
 
 
@@ -85,11 +85,15 @@ class Storage:
     tier: RedisTier | None
     invalidator: Invalidator
     metrics: Metrics
-    observations: Observations = field(default_factory=Observations)
-    """What the upstream's answers showed over time (for `suggest` and revalidations)."""
     accepted: AcceptedContexts | None = None
     """Authorization contexts the upstream answered lately (for entries for every
     caller)."""
+
+    @property
+    def observations(self) -> Observations:
+        """What the upstream's answers showed over time (for `suggest` and revalidations),
+        kept beside the removal epochs they are read against."""
+        return self.invalidator.observations
 
 
 class Fetch:
@@ -294,10 +298,9 @@ class Fetch:
                 assert storage.accepted is not None  # the upstream served this context
                 held = lookup.ttl + cache.keep_stale  # as long as an entry may answer
                 storage.accepted.accept(lookup.scope, lookup.context, held)
-            label, now = scope_label(lookup.scope), storage.cache.timer()
             # Bookkeeping no caller waits for: after the answer has gone out.
             asyncio.get_running_loop().call_soon(
-                _observe, storage.observations, server.name, label, lookup.key, final, now
+                observing.answered, storage, request, final, self._epoch
             )
         self._store(judgement, capture.event_stream)
         if (trace := spans.current.get()) is not None:
@@ -375,10 +378,3 @@ class Fetch:
             fetch_seconds=self.upstream_seconds,
             notes=judgement.verdict.notes,
         )
-
-
-def _observe(
-    observations: Observations, server: str, tool: str, key: str, final: dict[str, Any], now: float
-) -> None:
-    """Record an upstream answer for `suggest` (`observations.saw`), digested."""
-    observations.saw(server, tool, key, answer_digest(final["result"]), now)

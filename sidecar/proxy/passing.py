@@ -26,6 +26,7 @@ from ..upstream.client import UpstreamFailure
 from ..upstream.exchange import Exchange, Exchanges, Outbound, failure_error
 from ..upstream.relay import Relay
 from .invalidation import Invalidator
+from .observing import call_digests
 
 FOLLOW_BOUND: Final = 1 << 20
 """How much of a write's or a `tools/list`'s answer is decoded to see how it ended."""
@@ -55,6 +56,8 @@ class Following:
         self._epoch = epoch
         """The server's invalidation epoch when the request went upstream."""
         self._unread = message is not None and message.method is None
+        self._call = call_digests(message) if plan.invalidates else None
+        """A write's tool and argument digests, for `suggest` once it wrote."""
         self.capture: ResponseCapture | None = None
         self.follows = False
         self.verdict: Verdict | None = None
@@ -97,6 +100,8 @@ class Following:
         if judged.wrote:
             self._invalidator.tools(server.name, plan.invalidates, "write")
             self.wrote = True
+            if self._call is not None:  # after the removal: its epoch is the write's
+                self._invalidator.observations.wrote(server.name, *self._call)
         if judged.teaches and final is not None and plan.learner is not None:
             result, cache = final["result"], server.cache
             ttl = listing_ttl(result, cache.metadata_ttl, cache.ttl)

@@ -169,6 +169,17 @@ def credential_in(name: str, value: str | None) -> bool:
     return True
 
 
+def credential_digest(server: Server, headers: Mapping[str, str]) -> str:
+    """The caller's credentials (the identity headers that carry one) as one digest;
+    "" for an anonymous caller (`suggest` tells callers apart by it)."""
+    held = [
+        f"{name}:{headers[name]}"
+        for name in server.cache.identity_headers
+        if credential_in(name, headers.get(name))
+    ]
+    return secret_digest("\n".join(held)) if held else ""
+
+
 def opening_digest(server: Server, headers: Mapping[str, str], query: str) -> str:
     """A legacy session's opener as a later request in it is compared with (see
     `upstream.sessions`): every keyed header present but the session and the version

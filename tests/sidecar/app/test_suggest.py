@@ -1,5 +1,6 @@
 """`GET /admin/suggest` and `mcpcache suggest` from a known traffic pattern: a tool whose
-answers never change, one whose answers differ on every call."""
+answers never change, one whose answers differ on every call; and the tool rules it
+proposes from SDK clients' traffic, printed as a block the config model accepts."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import time
 from typing import Any
 
 import pytest
+import yaml
 
-from peers.clients import call_body, call_headers, http_client, post, unique
+from mcpcache.sidecar.config.files import parse_config
+from peers.clients import call_body, call_headers, http_client, mcp_client, post, unique
 from peers.serving import past
 from peers.sidecar import RunningSidecar, one_server
 
@@ -81,3 +84,42 @@ async def test_suggest_reports_what_repeated_calls_showed_and_applies_nothing(
     assert rows[1] == ["s", "echo", "3", "2", "answers", "differ", "-", "no", "suggestion"]
     assert rows[2] == ["s", "stable", "4", "2", "never", "changed", "4s", "1s"]
     assert "nothing is applied" in table.stdout
+
+
+@pytest.mark.slow
+async def test_suggest_prints_tool_rules_the_config_accepts_with_their_evidence(
+    make_sidecar, own_upstream
+) -> None:
+    upstream_url = own_upstream[1].base_url + "/mcp"
+    sidecar = make_sidecar(one_server(upstream_url, ttl="1h"))
+    name, word = unique(), unique()
+    ana = mcp_client(sidecar.url("s"), headers={"authorization": "Bearer ana"})
+    ben = mcp_client(sidecar.url("s"), headers={"authorization": "Bearer ben"})
+    async with ana, ben:
+        await ana.list_tools()  # the listing declares update_doc a write
+        for text in ("one", "two", "three"):
+            await ana.call_tool("get_doc", {"name": name})
+            await ana.call_tool("stable", {"text": word})
+            await ben.call_tool("stable", {"text": word})
+            await ana.call_tool("update_doc", {"name": name, "text": text})
+        await ana.call_tool("get_doc", {"name": name})
+
+    printed = await asyncio.to_thread(cli, sidecar, "--output", "yaml")
+    assert printed.returncode == 0, printed.stderr
+    block = yaml.safe_load(printed.stdout)
+    assert block["tools"] == [
+        {"name": "update_doc", "invalidates": [{"tool": "get_doc", "match": ["name"]}]},
+        {"name": "stable", "scope": "public"},
+    ], printed.stdout
+    assert (
+        "get_doc: changed across it alone 3, with other writes 0, unchanged 0;"
+        " name lined up in every change across it alone"
+    ) in printed.stdout
+    assert "stable: unchanged across it 4" in printed.stdout
+    for private in (name, word, "ana", "ben", "three"):
+        assert private not in printed.stdout, "counts only: no value, answer or caller"
+    # Pasted under the server's cache, the config model takes it as it is.
+    document = one_server(upstream_url, ttl="1h", tools=block["tools"])
+    rules = parse_config(yaml.safe_dump(document)).servers[0].cache.tools
+    assert [(r.name, r.scope) for r in rules] == [("update_doc", "private"), ("stable", "public")]
+    assert sidecar.source.current.servers[0].cache.tools == (), "nothing applied by itself"

@@ -293,6 +293,9 @@ class Fetch:
         if judgement.teaches and final is not None and lookup.learner is not None:
             held = listing_ttl(final["result"], cache.metadata_ttl, cache.ttl)
             storage.invalidator.hints.learn(server.name, final["result"], lookup.learner, held)
+        if lookup.context and self._status in (401, 403):
+            assert storage.accepted is not None  # the upstream refuses this context now
+            storage.accepted.refused(lookup.scope, lookup.context)
         if judgement.served and final is not None:
             if lookup.context and 200 <= self._status < 300:
                 assert storage.accepted is not None  # the upstream served this context

@@ -7,7 +7,7 @@ hints (`Following`, which reads the relay on the client's behalf).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable
 from typing import Final
 
 from ..config import Server
@@ -135,12 +135,6 @@ class Following:
         return lambda: self.close(relay, ConnectionAbortedError("the body was never read"))
 
 
-def opens_session(message: Message | None, headers: Mapping[str, str]) -> bool:
-    """Whether this request may open a legacy session: an `initialize` sent outside
-    any session. One sent with a session id opens nothing, whatever it is answered."""
-    return message is not None and message.method == "initialize" and SESSION_HEADER not in headers
-
-
 async def pass_through(
     exchanges: Exchanges,
     invalidator: Invalidator,
@@ -169,7 +163,7 @@ async def pass_through(
         unknown_ids=unread,
         opening=(
             opening_digest(server, incoming.headers, incoming.query)
-            if opens_session(message, incoming.headers)
+            if message is not None and message.method == "initialize"
             else None
         ),
     )

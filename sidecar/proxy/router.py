@@ -114,7 +114,7 @@ class Proxy:
         decision = plan(asked, config.app_id, self.hints)
         method = method_label(message.method)
         verified = isinstance(decision, Lookup) and self.accepted.accepted(
-            decision.scope, decision.context
+            decision.scope, decision.context, decision.ttl
         )
         outcome = choose(decision, verified, self.reading, server, self.cache.timer(), self._tier())
         generation = None

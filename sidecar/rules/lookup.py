@@ -172,11 +172,11 @@ def _miss(
 ) -> Outcome:
     """A request no fresh entry may answer: a stale entry while it is fetched again, the
     identical call under way, or a call of its own. A request whose context the upstream
-    has not answered goes up on its own (others may wait on it: they take its answer
-    only once stored, so answered)."""
+    has not answered goes up on its own, and nobody waits on it: its call may fail, or
+    be refused, where theirs would not."""
     key = plan.key
     if unverified:
-        return Lead(joinable=not reading.running(key))
+        return Lead(joinable=False)
     stale = _stale(key, reading, tier)
     if stale is not None and freshness.stale_while_revalidating(server, stale.expires_at, now):
         return Refresh(stale, start=not reading.running(key))

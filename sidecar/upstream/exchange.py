@@ -125,8 +125,9 @@ class Exchange:
             raise
         exchanges.sessions.answered(server, outbound.session, outbound.method, response.status)
         if outbound.opening is not None and 200 <= response.status < 300:
-            opened = response.header_map.get(SESSION_HEADER)
-            if opened:
+            if outbound.session is not None:  # the upstream may have signed it in anew
+                exchanges.sessions.reopened(server, outbound.session)
+            elif opened := response.header_map.get(SESSION_HEADER):
                 exchanges.sessions.opened(server, opened, outbound.opening)
         self._status = response.status
         return response

@@ -16,8 +16,9 @@ sidecar keeps, for each session it saw opened, a digest of every keyed header it
 (`key.callers.opening_digest`; the last `OPENED_SESSIONS_KEPT` sessions), and a request
 is keyed without its session only when it is in a session opened here by exactly the
 same. The opener is the `initialize` that created the session: one that carried no
-session id (an `initialize` sent inside an existing session, which some transports let
-through, opens nothing and rebinds nothing). Any other request in a session keeps its
+session id. An `initialize` sent inside an existing session (some transports let it
+through) opens nothing; once answered, the upstream may have bound another user to the
+session, so it counts as opened by nobody from then on. Any other request in a session keeps its
 entries apart by session, as on a `sessionScoped` server: one whose headers or query
 differ from its session's opening (no credential, a cookie every user shares, no
 `X-User` where the opening sent one), and one in a session not known here (opened
@@ -89,6 +90,12 @@ class LegacySessions:
         hands one id out twice) leaves it opened by nobody."""
         known = self._opened.get((server.name, session))
         self._opened[server.name, session] = opener if known in (None, opener) else CONTESTED
+
+    def reopened(self, server: Server, session: str) -> None:
+        """An `initialize` sent inside this session was answered: the upstream may have
+        bound another user to it (signed it in, say), so it counts as opened by nobody
+        from now on, and every request in it keeps its entries by session."""
+        self._opened[server.name, session] = CONTESTED
 
     def bound(self, server: Server, headers: Mapping[str, str], query: str) -> bool:
         """Whether this request's session is key material for it: it is in a session

@@ -8,8 +8,9 @@ way; `answer` is also the tests' oracle of what the upstream would say.
   absent or empty is anonymous; anything else (junk, a scheme alone) is refused (401).
 - The tenant is `X-Tenant`, else the query's `tenant=`, else a.
 - In a session, a call without a credential is its opener's; an unknown or ended
-  session is a 404; an `initialize` sent with a live session id is answered and
-  changes nothing.
+  session is a 404; an `initialize` sent with a live session id is answered, and one
+  with a member's credential signs the session in as that member.
+- A credential can be revoked (`revoked`): refused from then on.
 - Tools: `hello` answers anyone; `search` answers members of the tenant (401 for the
   anonymous, 403 for others) by its arguments and the tenant alone; `whoami` answers
   members with who they are.
@@ -37,6 +38,7 @@ class ContextUpstream:
     ended: dict[str, str | None] = field(default_factory=dict)
     """Each ended session and the credential that had opened it."""
     calls: int = 0
+    revoked: set[str] = field(default_factory=set)
 
     def answer(
         self,
@@ -51,7 +53,7 @@ class ContextUpstream:
         request_id = message.get("id")
         session = headers.get(SESSION)
         credential = headers.get("authorization") or None
-        if credential is not None and credential not in MEMBERS:
+        if credential is not None and not self._member(credential):
             return _error(401, request_id, "unknown credential")
         if session is not None:
             opened = self.opened | self.ended if while_live else self.opened
@@ -99,12 +101,14 @@ class ContextUpstream:
         self, headers: Mapping[str, str], session: str | None, message: dict[str, Any]
     ) -> tuple[int, dict[str, Any], str | None]:
         credential = headers.get("authorization") or None
-        if credential is not None and credential not in MEMBERS:
+        if credential is not None and not self._member(credential):
             return *_error(401, message["id"], "unknown credential"), None
         if session is not None and session not in self.opened:
             return *_error(404, message["id"], "no such session"), None
         if session is None:
             session = uuid.uuid4().hex
+            self.opened[session] = credential
+        elif credential is not None:  # signed in inside the session
             self.opened[session] = credential
         result = {
             "protocolVersion": "2025-06-18",
@@ -112,6 +116,9 @@ class ContextUpstream:
             "serverInfo": {"name": "contexts", "version": "1"},
         }
         return 200, {"jsonrpc": "2.0", "id": message["id"], "result": result}, session
+
+    def _member(self, credential: str) -> bool:
+        return credential in MEMBERS and credential not in self.revoked
 
     def _end(self, session: str | None) -> bool:
         if session is None or session not in self.opened:

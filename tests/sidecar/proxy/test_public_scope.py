@@ -212,14 +212,16 @@ async def test_a_call_waiting_on_another_users_public_call_shares_only_a_stored_
 ) -> None:
     """The attack: bob's identical call waits on alice's upstream call of a public
     tool. A stored answer is his by the rule; alice's error (which may name her) is
-    not: he forwards on his own."""
+    not: he forwards on his own. (Both were answered upstream before: nobody waits on
+    the call of a context the upstream has not answered.)"""
     peer, app = json_upstream
     rules = [{"name": "held", "scope": "public"}]
     sidecar = make_sidecar(one_server(app.base_url + "/mcp", name="docs", tools=rules))
     arguments = {"gate": unique(), "outcome": outcome}
     opened = unique()
     peer.gate(opened).set()
-    await introduce(sidecar.url("docs"), "Bearer bob", "held", {"gate": opened})
+    for user in ("alice", "bob"):
+        await introduce(sidecar.url("docs"), f"Bearer {user}", "held", {"gate": opened})
     before = peer.calls["held"]
     async with http_client(timeout=30) as http:
 

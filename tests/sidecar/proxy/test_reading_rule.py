@@ -4,13 +4,17 @@ against an upstream that answers by the whole authorization context
 would answer it, across credentials of every kind, tenants by header and by query
 string, sessions (none, opened, opened by another, forged, re-initialized, ended), both
 protocol eras, entries for every caller and private ones, `sessionScoped` or not, and
-two replicas sharing a Redis tier. Then the three attacks that broke it, as examples."""
+two replicas sharing a Redis tier. Then the attacks that broke it, as examples: the
+three of the issue that wrote the rule down, and those of its review (a session signed
+in by an `initialize` inside it, a context refused since it was answered, an answer
+older than the tool's TTL)."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +25,7 @@ from hypothesis import strategies as st
 
 from peers.clients import MODERN, call_body, http_client
 from peers.contexts import SESSION, ContextUpstream
-from peers.serving import ServedApp, served
+from peers.serving import ServedApp, past, served
 from peers.sharedtier import new_app
 from peers.sidecar import RunningSidecar, one_server
 
@@ -290,3 +294,59 @@ async def test_an_initialize_inside_a_session_never_rebinds_it(make_sidecar, con
         stranger = await client.open(0, None)
         refused = await check_call(client, peer, 0, legacy_call("whoami", stranger, q=q))
         assert refused.status_code == 401
+
+
+@pytest.mark.parametrize("tool", ["whoami", "search"])
+async def test_a_session_signed_in_by_a_later_initialize_answers_no_anonymous_caller(
+    make_sidecar, contexts, tool: str
+) -> None:
+    peer, app = contexts
+    sidecar = _one(make_sidecar, app)
+    async with http_client(timeout=20) as http:
+        client = Client(http, [sidecar])
+        opened = await client.open(0, None)  # opened anonymously, here
+        assert await client.open(0, "Bearer alice", opened) == opened  # then signed in
+        q = new_app()
+        alices = await check_call(client, peer, 0, legacy_call(tool, opened, q=q))
+        assert alices.status_code == 200
+        stranger = await client.open(0, None)
+        refused = await check_call(client, peer, 0, legacy_call(tool, stranger, q=q))
+        assert refused.status_code == 401
+
+
+async def test_a_refusal_ends_what_the_upstream_answered_a_context_before(
+    make_sidecar, contexts
+) -> None:
+    peer, app = contexts
+    sidecar = _one(make_sidecar, app, ttl="300s")
+    async with http_client(timeout=20) as http:
+        client = Client(http, [sidecar])
+        alice = {"credential": "Bearer alice"}
+        await check_call(client, peer, 0, legacy_call("search", q=new_app(), **alice))
+        peer.revoked.add("Bearer alice")
+        refused = await check_call(client, peer, 0, legacy_call("search", q=new_app(), **alice))
+        assert refused.status_code == 401
+        q = new_app()
+        bobs = legacy_call("search", credential="Bearer bob", q=q)
+        assert (await check_call(client, peer, 0, bobs)).status_code == 200
+        again = await check_call(client, peer, 0, legacy_call("search", q=q, **alice))
+        assert again.status_code == 401  # upstream, not Bob's entry
+
+
+async def test_an_answered_context_reads_fresh_entries_for_every_caller_for_the_tools_ttl(
+    make_sidecar, contexts
+) -> None:
+    peer, app = contexts
+    sidecar = _one(make_sidecar, app, ttl="1s", staleIfError="10m")
+    async with http_client(timeout=20) as http:
+        client = Client(http, [sidecar])
+        alice = {"credential": "Bearer alice"}
+        await check_call(client, peer, 0, legacy_call("search", q=new_app(), **alice))
+        answered = time.monotonic()  # her context was answered before this
+        peer.revoked.add("Bearer alice")  # and nothing here hears of it
+        await past(answered + 1.05)
+        q = new_app()
+        bobs = legacy_call("search", credential="Bearer bob", q=q)
+        assert (await check_call(client, peer, 0, bobs)).status_code == 200
+        later = await check_call(client, peer, 0, legacy_call("search", q=q, **alice))
+        assert later.status_code == 401  # upstream: her answer is older than the TTL

@@ -6,14 +6,19 @@ lends it the one Node 22 function it imports (for its reports, not its scenarios
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from peers.serving import end_process_group, free_port, log_tail, spawn, wait_until
 
 INSTALL = Path(__file__).parent / "conformance" / "install.sh"
 ENV = "MCPCACHE_CONFORMANCE"
@@ -54,3 +59,23 @@ def run_server_scenario(
     checks: list[dict[str, Any]] = json.loads(found[0].read_text())
     shutil.rmtree(results)
     return checks
+
+
+@contextlib.contextmanager
+def everything_server(suite: Path, log: Path) -> Iterator[str]:
+    """The MCP reference servers' everything server (installed beside the suite), over
+    Streamable HTTP on a port of its own: its `/mcp` URL while it runs."""
+    main = suite / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist"
+    port = free_port()
+    env = {**os.environ, "PORT": str(port)}
+    process = spawn(["node", str(main / "index.js"), "streamableHttp"], log, env)
+    try:
+        wait_until(lambda: _listening(port), 30, f"the everything server\n{log_tail(log)}")
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        end_process_group(process)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0

@@ -248,7 +248,12 @@ def build_parser(added: Iterable[str] = ()) -> argparse.ArgumentParser:
         action="store_true",
         help="start with no servers until the file appears (a not-yet-written ConfigMap)",
     )
-    sidecar.add_argument("--log-level", default="INFO")
+    sidecar.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+    )
     sidecar.set_defaults(run=_sidecar)
 
     check = commands.add_parser("check-config", help="validate a config file and print it")

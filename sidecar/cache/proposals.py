@@ -250,12 +250,16 @@ def _nameable(tool: str) -> bool:
 
 def render(server: str, proposals: list[Proposal]) -> str:
     """The `tools:` block (YAML, under the MCPServer's `spec.cache`), each rule after its
-    evidence as comments; tools with nothing to propose appear as comments only."""
+    evidence as comments; tools with nothing to propose appear as comments only, and a
+    block with no rule at all is an empty list (a key with only comments under it would
+    read as null, which the config refuses)."""
     lines = [
         f"# server {server}: rules proposed from what passed through (nothing is applied);"
-        " paste under the MCPServer's spec.cache",
+        " paste under the MCPServer's spec.cache, in place of its tools",
         "tools:",
     ]
+    if all(len(proposal.rule) == 1 for proposal in proposals):
+        lines[-1] = "tools: []"
     for proposal in proposals:
         lines += [f"  # {said}" for said in proposal.evidence]
         rule = proposal.rule

@@ -77,6 +77,15 @@ def test_the_sidecar_refuses_to_start_on_an_invalid_file(tmp_path: Path) -> None
     assert "invalid configuration" in result.stderr
 
 
+def test_an_unknown_log_level_is_a_usage_error_naming_the_levels(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("servers: [{name: docs, url: 'http://127.0.0.1:9/mcp'}]")
+    result = run("sidecar", "--config", str(path), "--log-level", "bogus")
+    assert result.returncode == 2
+    assert "invalid choice: 'BOGUS'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_version_prints_the_installed_version() -> None:
     result = run("--version")
     assert result.returncode == 0

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from mcpcache.sidecar.cache.observations import ArgumentDigests, Observations, answer_digest
 from mcpcache.sidecar.cache.proposals import merge, propose, render
-from mcpcache.sidecar.config import ToolRule
+from mcpcache.sidecar.config import ToolRule, parse_config
 
 
 def args(**values: str) -> ArgumentDigests:
@@ -351,3 +351,11 @@ def test_a_write_seen_only_with_others_but_often_without_a_change_does_not_remov
     rules = world.rules()
     assert "invalidates" not in rules["create_doc"]
     assert rules["update_doc"]["invalidates"] == [{"tool": "get_doc", "match": ["name"]}]
+
+
+def test_a_block_with_no_rule_to_propose_is_an_empty_list_the_config_takes() -> None:
+    world = World()
+    world.read("search", "hits", "alice-token", query="salary")
+    text = render("s", propose(world.seen.evidence("s")))
+    server = {"name": "s", "url": "http://s/mcp", "cache": yaml.safe_load(text)}
+    assert parse_config(yaml.safe_dump({"servers": [server]})).servers[0].cache.tools == ()

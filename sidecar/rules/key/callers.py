@@ -177,7 +177,7 @@ def credential_digest(server: Server, headers: Mapping[str, str]) -> str:
         for name in server.cache.identity_headers
         if credential_in(name, headers.get(name))
     ]
-    return secret_digest("\n".join(held)) if held else ""
+    return header_digest("\n".join(held)) if held else ""  # memoised: same on every call
 
 
 def opening_digest(server: Server, headers: Mapping[str, str], query: str) -> str:

@@ -529,7 +529,7 @@ def test_the_operators_cluster_role_grants_exactly_what_the_security_page_lists(
         "get, list, watch, update and patch ConfigMaps named `mcpcache-servers`",
         "create events, and patch them",
         "get and update its Lease in the release namespace, and create it",
-        "list pods (those labelled for injection, to find the ones that missed it",
+        "list pods, to find those labelled for injection that missed it",
         "Nothing else: no Secrets, no other right on Pods, no deletes, no webhook configuration",
     ):
         assert words in sentence

@@ -29,8 +29,8 @@ from ..edge.listener import uvicorn_config
 from ..edge.origin import OriginPolicy
 from ..metrics import Metrics, SharedMetrics
 from ..proxy.invalidation import Invalidator
+from ..proxy.learned import Learned
 from ..proxy.router import Proxy
-from ..rules.learned_tools import LearnedTools
 from ..rules.protocol.messages import INVALID_REQUEST
 from ..tiers.announcement import Announcement
 from ..tiers.redis_tier import RedisTier
@@ -69,14 +69,16 @@ class Sidecar:
         self.shared: RedisTier | None = None
         if current.shared_cache is not None:
             self.shared = RedisTier(current.shared_cache, SharedMetrics(self.metrics.registry))
+        self.learned = Learned.new(self.cache)
         self.invalidator = Invalidator(
             self.cache,
             self.metrics,
-            LearnedTools(),
+            self.learned.tools,
             on_drop=self._drop_shared,
             # Waited for before a write's or a purge's answer: SET then PUBLISH, each
             # bounded by the tier's own timeout (sharedCache changes at the next start).
             announce_within=2 * self.shared.settings.timeout if self.shared else 0.0,
+            observations=self.learned.observations,
         )
         self.invalidator.follow_config(current)
         origin_policy = OriginPolicy(current.allowed_hosts)
@@ -87,6 +89,7 @@ class Sidecar:
             self.client,
             origin_policy,
             self.invalidator,
+            self.learned,
             self.shared,
         )
         self.admin = Admin(
@@ -95,7 +98,7 @@ class Sidecar:
             self.metrics,
             self.invalidator,
             origin_policy,
-            self.proxy.storage.observations,
+            self.learned.observations,
         )
         self.tracer: Tracer | None = None
         if current.tracing.active(os.environ):

@@ -17,7 +17,6 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp
 
-from ..cache.accepted import AcceptedContexts
 from ..cache.store import ResponseCache
 from ..config import Server, SidecarConfig
 from ..edge.errors import (
@@ -40,10 +39,10 @@ from ..tiers.redis_tier import RedisTier
 from ..upstream.client import UpstreamClient
 from ..upstream.exchange import Exchanges
 from ..upstream.flights import Coalescer
-from ..upstream.sessions import LegacySessions
 from .fetching import CacheableRequest, Storage
 from .hits import Hits
 from .invalidation import Invalidator
+from .learned import Learned
 from .misses import Misses
 from .passing import pass_through
 from .tier_reads import TierReads
@@ -63,6 +62,7 @@ class Proxy:
         client: UpstreamClient,
         origin_policy: OriginPolicy,
         invalidator: Invalidator,
+        learned: Learned,
         tier: RedisTier | None = None,
     ) -> None:
         self._config = config
@@ -71,14 +71,14 @@ class Proxy:
         self.client = client
         self.origin_policy = origin_policy
         self.invalidator = invalidator
-        self.hints = invalidator.hints
+        self.hints = learned.tools
         self.tier = tier
         self.via_token = f"mcpcache-{secrets.token_hex(8)}"
         """This sidecar's name in `Via`: a request that already carries it has looped."""
         self.via = f"1.1 {self.via_token}"
-        self.sessions = LegacySessions(cache)
+        self.sessions = learned.sessions
         self.exchanges = Exchanges(client, metrics, self.sessions, invalidator.notice)
-        self.accepted = AcceptedContexts(cache.timer)
+        self.accepted = learned.accepted
         self.storage = Storage(cache, tier, invalidator, metrics, accepted=self.accepted)
         self.coalescer = Coalescer()
         self.reading = MemoryReading(cache, self.coalescer)

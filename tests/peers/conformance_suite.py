@@ -16,9 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from peers.serving import end_process_group, free_port, log_tail, spawn, wait_until
+from peers.typescript_sdk import node_installed
 
 INSTALL = Path(__file__).parent / "conformance" / "install.sh"
 ENV = "MCPCACHE_CONFORMANCE"
@@ -27,19 +26,8 @@ SCENARIO_SECONDS = 60
 
 
 def suite_directory() -> Path:
-    """Where the suite is installed; without Node the test skips (under CI it fails:
-    .ci/run has Node)."""
-    if found := os.environ.get(ENV):
-        return Path(found)
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        reason = "no Node.js: the conformance suite cannot run"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    out = subprocess.run(["bash", str(INSTALL)], check=True, capture_output=True, text=True)
-    directory = Path(out.stdout.strip().splitlines()[-1])
-    os.environ[ENV] = str(directory)
-    return directory
+    """Where the suite is installed."""
+    return node_installed(INSTALL, ENV, "the conformance suite")
 
 
 def run_server_scenario(

@@ -27,18 +27,24 @@ ENV = "MCPCACHE_TYPESCRIPT_PEERS"
 
 
 def peers_directory() -> Path:
-    """Where server.mjs and the SDK are installed; without Node the test skips (under CI
-    it fails: .ci/run has Node)."""
-    if found := os.environ.get(ENV):
+    """Where server.mjs and the SDK are installed."""
+    return node_installed(INSTALL, ENV, "the TypeScript SDK peer")
+
+
+def node_installed(install: Path, env: str, what: str) -> Path:
+    """The directory the npm install script `install` prints (tests/run.sh runs it once
+    and passes it on in `env`); without Node the test skips (under CI it fails: .ci/run
+    has Node)."""
+    if found := os.environ.get(env):
         return Path(found)
     if shutil.which("node") is None or shutil.which("npm") is None:
-        reason = "no Node.js: the TypeScript SDK peer cannot run"
+        reason = f"no Node.js: {what} cannot run"
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
-    out = subprocess.run(["bash", str(INSTALL)], check=True, capture_output=True, text=True)
+    out = subprocess.run(["bash", str(install)], check=True, capture_output=True, text=True)
     directory = Path(out.stdout.strip().splitlines()[-1])
-    os.environ[ENV] = str(directory)
+    os.environ[env] = str(directory)
     return directory
 
 

@@ -29,7 +29,7 @@ ALL=(
   rules/reading/headers rules/reading/arguments rules/invalidation/writes
   rules/invalidation/removals rules/invalidation/notices rules/learned_tools rules/cache_status
   cache/store config/units config/fields config/servers config/tools config/model
-  upstream/flights proxy/invalidation tiers/codec tiers/breaker app/admin
+  upstream/flights proxy/invalidator tiers/codec tiers/breaker app/admin
   operator/resource operator/configmap operator/status operator/injection
 )
 fresh=0

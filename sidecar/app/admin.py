@@ -25,7 +25,7 @@ from ..edge.errors import FORBIDDEN, UNKNOWN_SERVER, ProxyError
 from ..edge.incoming import Incoming
 from ..edge.origin import OriginPolicy
 from ..metrics import Metrics
-from ..proxy.invalidation import Invalidator
+from ..proxy.invalidator import Invalidator
 from ..rules.protocol.messages import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 from ..rules.reading.headers import JSON, media_type
 

@@ -28,7 +28,7 @@ from ..edge.incoming import Incoming
 from ..edge.listener import uvicorn_config
 from ..edge.origin import OriginPolicy
 from ..metrics import Metrics, SharedMetrics
-from ..proxy.invalidation import Invalidator
+from ..proxy.invalidator import Invalidator
 from ..proxy.learned import Learned
 from ..proxy.router import Proxy
 from ..rules.protocol.messages import INVALID_REQUEST

@@ -47,7 +47,7 @@ from ..upstream.exchange import Exchange, Exchanges, Outbound
 from ..upstream.flights import ALONE, ENDED_EARLY, Flight, Head, Outcome
 from ..upstream.relay import Relay
 from . import observing
-from .invalidation import Invalidator
+from .invalidator import Invalidator
 
 
 @dataclass(frozen=True, slots=True)

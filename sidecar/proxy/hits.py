@@ -4,7 +4,7 @@ the shared tier).
 Counted (and what it saved the upstream), learned from when it is a listing the policy
 learns from, and, for the server's `revalidateSample` of hits, fetched again in the
 background and compared (`revalidation`). The answer itself is the entry framed under
-the caller's own id (`edge.hit`).
+the caller's own id (`edge.hit_response`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import orjson
 from ..cache.entry import Entry
 from ..cache.store import ResponseCache
 from ..config import Server
-from ..edge.hit import HitResponse
+from ..edge.hit_response import HitResponse
 from ..edge.incoming import Incoming
 from ..metrics import Metrics
 from ..rules.learned_tools import LearnedTools, listing_ttl

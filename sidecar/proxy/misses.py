@@ -12,7 +12,7 @@ from starlette.types import ASGIApp
 
 from ..cache.store import ResponseCache
 from ..edge.forwarded import ForwardedResponse, StreamedResponse
-from ..edge.hit import HitResponse
+from ..edge.hit_response import HitResponse
 from ..metrics import Metrics
 from ..rules import cache_status
 from ..rules.lookup import Follow, Lead, Outcome, Reading, Refresh, Stale, TierState, on_failure

@@ -25,7 +25,7 @@ from ..rules.reading.headers import response_headers, with_this_hop
 from ..upstream.client import UpstreamFailure
 from ..upstream.exchange import Exchange, Exchanges, Outbound, failure_error
 from ..upstream.relay import Relay
-from .invalidation import Invalidator
+from .invalidator import Invalidator
 from .observing import call_digests
 
 FOLLOW_BOUND: Final = 1 << 20

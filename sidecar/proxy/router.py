@@ -41,7 +41,7 @@ from ..upstream.exchange import Exchanges
 from ..upstream.flights import Coalescer
 from .fetching import CacheableRequest, Storage
 from .hits import Hits
-from .invalidation import Invalidator
+from .invalidator import Invalidator
 from .learned import Learned
 from .misses import Misses
 from .passing import pass_through

@@ -9,7 +9,7 @@ from ..config import Server
 from ..rules.lookup import ReadTier, Tiered, TierState
 from ..rules.policy.plan import Lookup, public_side
 from ..tiers.redis_tier import RedisTier, TierRead
-from .invalidation import Invalidator
+from .invalidator import Invalidator
 
 
 class TierReads:

@@ -17,7 +17,7 @@ from mcpcache.sidecar.edge.errors import FORBIDDEN, UNKNOWN_SERVER
 from mcpcache.sidecar.edge.incoming import Incoming
 from mcpcache.sidecar.edge.origin import OriginPolicy
 from mcpcache.sidecar.metrics import Metrics
-from mcpcache.sidecar.proxy.invalidation import Invalidator
+from mcpcache.sidecar.proxy.invalidator import Invalidator
 from mcpcache.sidecar.rules.learned_tools import LearnedTools
 from mcpcache.sidecar.rules.protocol.messages import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 from peers.clock import Clock

@@ -12,7 +12,7 @@ from mcpcache.sidecar.cache.store import ResponseCache, Scope
 from mcpcache.sidecar.config import parse_config
 from mcpcache.sidecar.config.tools import ToolRule
 from mcpcache.sidecar.metrics import Metrics
-from mcpcache.sidecar.proxy.invalidation import Invalidator
+from mcpcache.sidecar.proxy.invalidator import Invalidator
 from mcpcache.sidecar.rules.invalidation.notices import Notice
 from mcpcache.sidecar.rules.invalidation.removals import MatchedRemoval, argument_digests, removals
 from mcpcache.sidecar.rules.key.cache_key import secret_digest

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import orjson
 
-from ..cache.accepted import AcceptedContexts
 from ..cache.observations import Observations
 from ..cache.store import ResponseCache
 from ..config import Server
@@ -36,7 +35,6 @@ from ..rules.admission.judgement import Answer, Judgement, judge
 from ..rules.admission.response_headers import response_refusal
 from ..rules.admission.sharing import FollowerShare, early_share
 from ..rules.key.callers import SESSION_HEADER
-from ..rules.learned_tools import listing_ttl
 from ..rules.policy.plan import Lookup
 from ..rules.protocol.messages import Message
 from ..rules.protocol.results import ERROR, RESULT
@@ -46,8 +44,8 @@ from ..upstream.client import UpstreamFailure
 from ..upstream.exchange import Exchange, Exchanges, Outbound
 from ..upstream.flights import ALONE, ENDED_EARLY, Flight, Head, Outcome
 from ..upstream.relay import Relay
-from . import observing
 from .invalidator import Invalidator
+from .learned import Lessons
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,17 +81,18 @@ class Storage:
 
     cache: ResponseCache
     tier: RedisTier | None
-    invalidator: Invalidator
+    lessons: Lessons
+    """The step after an answer (and, through it, the removal epochs)."""
     metrics: Metrics
-    accepted: AcceptedContexts | None = None
-    """Authorization contexts the upstream answered lately (for entries for every
-    caller)."""
+
+    @property
+    def invalidator(self) -> Invalidator:
+        return self.lessons.invalidator
 
     @property
     def observations(self) -> Observations:
-        """What the upstream's answers showed over time (for `suggest` and revalidations),
-        kept beside the removal epochs they are read against."""
-        return self.invalidator.observations
+        """What the upstream's answers showed over time (for `suggest` and revalidations)."""
+        return self.lessons.learned.observations
 
 
 class Fetch:
@@ -289,22 +288,17 @@ class Fetch:
         judgement = self.judgement = judge(
             server, lookup, request.message.method, answer, storage.cache.max_bytes
         )
-        final, cache = judgement.final, server.cache
-        if judgement.teaches and final is not None and lookup.learner is not None:
-            held = listing_ttl(final["result"], cache.metadata_ttl, cache.ttl)
-            storage.invalidator.hints.learn(server.name, final["result"], lookup.learner, held)
-        if lookup.context and self._status in (401, 403):
-            assert storage.accepted is not None  # the upstream refuses this context now
-            storage.accepted.refused(lookup.scope, lookup.context)
-        if judgement.served and final is not None:
-            if lookup.context and 200 <= self._status < 300:
-                assert storage.accepted is not None  # the upstream served this context
-                held = lookup.ttl + cache.keep_stale  # as long as an entry may answer
-                storage.accepted.accept(lookup.scope, lookup.context, held)
-            # Bookkeeping no caller waits for: after the answer has gone out.
-            asyncio.get_running_loop().call_soon(
-                observing.answered, storage, request, final, self._epoch
-            )
+        final = judgement.final
+        storage.lessons.take(
+            server,
+            lookup,
+            request.message,
+            request.incoming.headers,
+            status=self._status,
+            listing=final["result"] if judgement.teaches and final is not None else None,
+            answer=final if judgement.served else None,
+            epoch=self._epoch,
+        )
         self._store(judgement, capture.event_stream)
         if (trace := spans.current.get()) is not None:
             trace.judged(judgement.verdict.reason, flight.followers)

@@ -19,7 +19,6 @@ from ..config import Server
 from ..edge.hit_response import HitResponse
 from ..edge.incoming import Incoming
 from ..metrics import Metrics
-from ..rules.learned_tools import LearnedTools, listing_ttl
 from ..rules.policy.plan import Lookup
 from ..rules.protocol.messages import Message
 from ..upstream.exchange import Exchanges
@@ -34,14 +33,12 @@ class Hits:
     def __init__(
         self,
         metrics: Metrics,
-        hints: LearnedTools,
         coalescer: Coalescer,
         exchanges: Exchanges,
         storage: Storage,
         via: str,
     ) -> None:
         self.metrics = metrics
-        self.hints = hints
         self.coalescer = coalescer
         self.exchanges = exchanges
         self.storage = storage
@@ -71,11 +68,13 @@ class Hits:
         # everyone (fetched for another caller, whose defaults it may hold). The server's
         # listings go when its tools are forgotten, so none teaches another server's tools.
         learner, public = plan.learner, entry.scope is not None and entry.scope.public
-        if learner is not None and not public and not self.hints.knows(server.name, learner):
-            result, cache = orjson.loads(entry.result), server.cache
+        tools = self.storage.lessons.learned.tools
+        if learner is not None and not public and not tools.knows(server.name, learner):
             left = entry.expires_at - self.cache.timer()
-            held = min(listing_ttl(result, cache.metadata_ttl, cache.ttl), left)
-            self.hints.learn(server.name, result, learner, held)
+            listing = orjson.loads(entry.result)
+            self.storage.lessons.take(
+                server, plan, message, incoming.headers, listing=listing, within=left
+            )
         rate = server.cache.revalidate_sample
         checkable = rate and random.random() < rate and not self.coalescer.running(plan.key)
         if checkable:  # with the caller's own bytes, as a miss would go

@@ -16,7 +16,6 @@ from ..edge.hit_response import HitResponse
 from ..metrics import Metrics
 from ..rules import cache_status
 from ..rules.lookup import Follow, Lead, Outcome, Reading, Refresh, Stale, TierState, on_failure
-from ..rules.policy.plan import Lookup
 from ..upstream.exchange import Exchanges, failure_error
 from ..upstream.flights import Coalescer, Flight
 from .fetching import CacheableRequest, Fetch, Storage
@@ -146,9 +145,7 @@ class Misses:
         lookup, server, now = request.lookup, request.server, self.cache.timer()
         # A stale entry for every caller answers a context the upstream answered within
         # the tool's TTL and the stale window, not only within the TTL.
-        verified = request.verified or self._answered(lookup, lookup.ttl + server.cache.keep_stale)
+        accepted = self.storage.lessons.learned.accepted
+        within = lookup.ttl + server.cache.keep_stale
+        verified = request.verified or accepted.accepted(lookup.scope, lookup.context, within)
         return on_failure(lookup, verified, self.reading, server, now, self._tier)
-
-    def _answered(self, lookup: Lookup, within: float) -> bool:
-        accepted = self.storage.accepted
-        return accepted is not None and accepted.accepted(lookup.scope, lookup.context, within)

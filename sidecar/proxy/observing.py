@@ -5,41 +5,47 @@ with digests of its arguments. Read from the message; never the values themselve
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..cache.observations import ArgumentDigests, answer_digest, scope_label
+from ..cache.observations import ArgumentDigests, Observations, answer_digest, scope_label
+from ..config import Server
 from ..rules.invalidation.removals import argument_digests
 from ..rules.key.cache_key import secret_digest
 from ..rules.key.callers import PROTOCOL_HEADER, credential_digest
+from ..rules.policy.plan import Lookup
 from ..rules.protocol.messages import Message
-
-if TYPE_CHECKING:
-    from .fetching import CacheableRequest, Storage
 
 
 def answered(
-    storage: Storage, request: CacheableRequest, final: dict[str, Any], epoch: int
+    observations: Observations,
+    now: float,
+    server: Server,
+    lookup: Lookup,
+    message: Message,
+    headers: Mapping[str, str],
+    final: Mapping[str, Any],
+    epoch: int,
 ) -> None:
-    """A read's upstream answer; `epoch`: the server's removal epoch when it went up."""
-    server, lookup = request.server, request.lookup
-    arguments = _digests(request.message)
+    """A read's upstream answer at `now`, to `message` sent with `headers`; `epoch`: the
+    server's removal epoch when it went up."""
+    arguments = _digests(message)
     # A question has a digest only when every argument value has one. The protocol
     # version is part of it, as of an entry for every caller's key: answers in two
     # versions may differ in shape, whoever asks.
     known = arguments is not None and all(d for _, d in arguments)
     question = ""
     if known and lookup.scope.tool is not None:
-        version = request.incoming.headers.get(PROTOCOL_HEADER, "")
+        version = headers.get(PROTOCOL_HEADER, "")
         question = secret_digest(repr((lookup.scope.tool, arguments, version)))
-    storage.observations.saw(
+    observations.saw(
         server.name,
         scope_label(lookup.scope),
         lookup.key,
         answer_digest(final["result"]),
-        storage.cache.timer(),
+        now,
         epoch=epoch,
         question=question,
-        caller=credential_digest(server, request.incoming.headers),
+        caller=credential_digest(server, headers),
         arguments=arguments or (),
     )
 

@@ -7,7 +7,7 @@ hints (`Following`, which reads the relay on the client's behalf).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Final
 
 from ..config import Server
@@ -17,7 +17,6 @@ from ..rules import cache_status
 from ..rules.admission.capture import ResponseCapture
 from ..rules.admission.judgement import answer_verdict, judge_forwarded, shareable_final
 from ..rules.key.callers import SESSION_HEADER, opening_digest
-from ..rules.learned_tools import listing_ttl
 from ..rules.policy.plan import Bypass
 from ..rules.protocol.messages import Message, method_label
 from ..rules.protocol.results import Verdict
@@ -25,8 +24,7 @@ from ..rules.reading.headers import response_headers, with_this_hop
 from ..upstream.client import UpstreamFailure
 from ..upstream.exchange import Exchange, Exchanges, Outbound, failure_error
 from ..upstream.relay import Relay
-from .invalidator import Invalidator
-from .observing import call_digests
+from .learned import Lessons
 
 FOLLOW_BOUND: Final = 1 << 20
 """How much of a write's or a `tools/list`'s answer is decoded to see how it ended."""
@@ -39,25 +37,26 @@ class Following:
 
     def __init__(
         self,
-        invalidator: Invalidator,
+        lessons: Lessons,
         server: Server,
         plan: Bypass,
         message: Message | None,
+        headers: Mapping[str, str],
         event_stream: bool,
         status: int,
         exchange: Exchange,
         epoch: int,
     ) -> None:
-        self._invalidator = invalidator
+        self._lessons = lessons
         self._server = server
         self._plan = plan
         self._status = status
         self._exchange = exchange
         self._epoch = epoch
         """The server's invalidation epoch when the request went upstream."""
+        self._message = message
+        self._headers = headers
         self._unread = message is not None and message.method is None
-        self._call = call_digests(message) if plan.invalidates else None
-        """A write's tool and argument digests, for `suggest` once it wrote."""
         self.capture: ResponseCapture | None = None
         self.follows = False
         self.verdict: Verdict | None = None
@@ -95,17 +94,19 @@ class Following:
         self.verdict = verdict
         final = shareable_final(capture, verdict) if capture is not None else None
         current = not self._exchange.id_reused
-        current = current and self._invalidator.epoch(server.name) == self._epoch
+        current = current and self._lessons.invalidator.epoch(server.name) == self._epoch
         judged = judge_forwarded(plan, self._status, verdict, final, self._unread, current)
-        if judged.wrote:
-            self._invalidator.tools(server.name, plan.invalidates, "write")
-            self.wrote = True
-            if self._call is not None:  # after the removal: its epoch is the write's
-                self._invalidator.observations.wrote(server.name, *self._call)
-        if judged.teaches and final is not None and plan.learner is not None:
-            result, cache = final["result"], server.cache
-            ttl = listing_ttl(result, cache.metadata_ttl, cache.ttl)
-            self._invalidator.hints.learn(server.name, result, plan.learner, ttl)
+        self.wrote = judged.wrote
+        if self._message is not None and (judged.wrote or judged.teaches):
+            self._lessons.take(
+                server,
+                plan,
+                self._message,
+                self._headers,
+                status=self._status,
+                listing=final["result"] if judged.teaches and final is not None else None,
+                wrote=judged.wrote,
+            )
 
     async def relayed(self, relay: Relay, prefix: bytes) -> AsyncGenerator[bytes, None]:
         """The body from `prefix` on, read for the client: each chunk goes on once the
@@ -137,7 +138,7 @@ class Following:
 
 async def pass_through(
     exchanges: Exchanges,
-    invalidator: Invalidator,
+    lessons: Lessons,
     via: str,
     incoming: Incoming,
     server: Server,
@@ -168,16 +169,17 @@ async def pass_through(
         ),
     )
     exchange = exchanges.start(server, outbound)
-    epoch = invalidator.epoch(server.name)
+    epoch = lessons.invalidator.epoch(server.name)
     try:
         response = await exchange.open()
     except UpstreamFailure as exc:
         raise failure_error(server, exc, outbound.request_id) from exc
     following = Following(
-        invalidator,
+        lessons,
         server,
         plan,
         message,
+        incoming.headers,
         response.event_stream,
         response.status,
         exchange,
@@ -207,7 +209,7 @@ async def pass_through(
     if relay.complete:
         following.close(relay, None)
         if following.wrote:  # the other replicas are told before the caller is answered
-            await invalidator.announced(server.name)
+            await lessons.invalidator.announced(server.name)
         return ForwardedResponse(response.status, headers, status, prefix)
     body = following.relayed(relay, prefix)
     ending = following.on_unread(relay)

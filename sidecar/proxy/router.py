@@ -42,7 +42,7 @@ from ..upstream.flights import Coalescer
 from .fetching import CacheableRequest, Storage
 from .hits import Hits
 from .invalidator import Invalidator
-from .learned import Learned
+from .learned import Learned, Lessons
 from .misses import Misses
 from .passing import pass_through
 from .tier_reads import TierReads
@@ -79,12 +79,11 @@ class Proxy:
         self.sessions = learned.sessions
         self.exchanges = Exchanges(client, metrics, self.sessions, invalidator.notice)
         self.accepted = learned.accepted
-        self.storage = Storage(cache, tier, invalidator, metrics, accepted=self.accepted)
+        self.lessons = Lessons(learned, invalidator)
+        self.storage = Storage(cache, tier, self.lessons, metrics)
         self.coalescer = Coalescer()
         self.reading = MemoryReading(cache, self.coalescer)
-        self.hits = Hits(
-            metrics, self.hints, self.coalescer, self.exchanges, self.storage, self.via
-        )
+        self.hits = Hits(metrics, self.coalescer, self.exchanges, self.storage, self.via)
         self.tier_reads = None if tier is None else TierReads(tier, cache, invalidator)
         self.misses = Misses(
             metrics, self.coalescer, self.exchanges, self.storage, self.reading, self.via,
@@ -179,7 +178,7 @@ class Proxy:
         raw: bytes | None = None,
     ) -> ForwardedResponse | StreamedResponse:
         return await pass_through(
-            self.exchanges, self.invalidator, self.via, incoming, server, plan, message, raw
+            self.exchanges, self.lessons, self.via, incoming, server, plan, message, raw
         )
 
 

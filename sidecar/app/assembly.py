@@ -224,8 +224,10 @@ class ProxyApp:
         path: str = scope["path"]
         name = path[5:] if path.startswith("/mcp/") else ""
         if not name and path.startswith("/admin/"):
-            response: ASGIApp = await self.admin.handle(scope, Incoming(scope, receive))
-        elif not name or "/" in name:
+            await self.admin(scope, receive, send)
+            return
+        response: ASGIApp
+        if not name or "/" in name:
             response = ProxyError(
                 404, UNKNOWN_SERVER, f"no MCP endpoint at {path}; use /mcp/<server>"
             ).to_response()

@@ -1,8 +1,9 @@
 """What an idle sidecar holds in memory, the cost every agent pod pays: the resident set
 of a sidecar with one server, no shared tier and no traffic, beside the floor of its
 server stack (uvicorn with uvloop and httptools, serving a minimal ASGI app), and each
-library's share as the sidecar's modules load them, in order, then what a configured
-shared tier or tracing would add (neither is imported otherwise).
+library's share as the sidecar's modules load them, in order, then what the admin API's
+first request, a configured shared tier or tracing would add (none is imported
+otherwise).
 
     python benchmarks/idle_memory.py
 """
@@ -61,14 +62,18 @@ LIBRARIES = [
     "orjson",
     "cachetools",
     "prometheus_client",
-    "starlette.applications",
-    "fastapi",
+    "starlette.responses",
     "aiohttp",
     "mcpcache.sidecar.app.assembly",
 ]
-CONFIGURED = ["redis.asyncio", "opentelemetry.sdk.trace"]
-"""Loaded only when the feature is configured (a shared tier, tracing): measured after
-the rest, never part of the idle sidecar above."""
+ON_DEMAND = {
+    "fastapi": "only when used",
+    "redis.asyncio": "only when configured",
+    "opentelemetry.sdk.trace": "only when configured",
+}
+"""Loaded only on the admin API's first request (FastAPI) or when the feature is
+configured (a shared tier, tracing): measured after the rest, never part of the idle
+sidecar above."""
 
 
 def memory_mib(pid: int) -> dict[str, float]:
@@ -104,7 +109,7 @@ def sidecar_mib() -> dict[str, float]:
 
 def shares() -> list[tuple[str, float]]:
     out = subprocess.run(
-        [sys.executable, "-c", SHARES, *LIBRARIES, *CONFIGURED],
+        [sys.executable, "-c", SHARES, *LIBRARIES, *ON_DEMAND],
         capture_output=True,
         text=True,
         check=True,
@@ -119,7 +124,7 @@ def main() -> int:
         print(f"  {name:16s} {row['rss']:9.1f} {row['anonymous']:10.1f} {row['pss']:13.1f}")
     print("each import's share, in load order (MiB):")
     for name, mib in shares():
-        when = "  (only when configured)" if name in CONFIGURED else ""
+        when = f"  ({ON_DEMAND[name]})" if name in ON_DEMAND else ""
         print(f"  {name:34s} {mib:6.1f}{when}")
     return 0
 

@@ -6,16 +6,21 @@ only to loopback peers: whoever can reach these can already call the servers. Ne
 says anything about callers: stats count entries per server and tool, a purge removes
 a server's, a tool's or a resource's entries for every caller alike, and suggestions
 come from digests of answers (see `cache.observations`).
+
+Routed by a FastAPI app (`admin_api`) that is loaded on the first request that passes
+the guards: an idle sidecar, which is never asked, never imports FastAPI (a quarter of
+its memory: benchmarks/idle_memory.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 from typing import Any, Final
 
 import orjson
 from starlette.responses import Response
-from starlette.types import Scope
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..cache.observations import Observations
 from ..cache.proposals import propose
@@ -46,7 +51,7 @@ def _loopback_peer(scope: Scope) -> bool:
         return False
 
 
-def _json(document: Any, status: int = 200) -> Response:
+def json_response(document: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(document), status, media_type="application/json")
 
 
@@ -66,34 +71,33 @@ class Admin:
         self.metrics = metrics
         self.invalidator = invalidator
         self.origin_policy = origin_policy
+        self._routes: asyncio.Future[ASGIApp] | None = None
 
-    async def handle(self, scope: Scope, incoming: Incoming) -> Response:
-        try:
-            return await self._handle(scope, incoming)
-        except ProxyError as error:
-            return error.to_response()
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refusal = self._refusal(scope, Incoming(scope, receive))
+        if refusal is not None:
+            await refusal.to_response()(scope, receive, send)
+            return
+        await (await self._api())(scope, receive, send)
 
-    async def _handle(self, scope: Scope, incoming: Incoming) -> Response:
+    def _refusal(self, scope: Scope, incoming: Incoming) -> ProxyError | None:
+        """Judged before anything is loaded: a refused caller never makes the sidecar
+        import FastAPI."""
         if (problem := self.origin_policy.refusal(incoming.headers)) is not None:
-            raise ProxyError(403, FORBIDDEN, problem)
+            return ProxyError(403, FORBIDDEN, problem)
         if not _loopback_peer(scope):
-            raise ProxyError(403, FORBIDDEN, "the admin endpoints serve loopback callers only")
-        path, method = scope["path"], incoming.method
-        if path == PURGE_PATH:
-            if method != "POST":
-                raise _not_allowed(method, "POST")
-            return await self._purge(incoming)
-        if path == STATS_PATH:
-            if method != "GET":
-                raise _not_allowed(method, "GET")
-            return _json(self.stats())
-        if path == SUGGEST_PATH:
-            if method != "GET":
-                raise _not_allowed(method, "GET")
-            return _json(self.suggest())
-        raise ProxyError(404, INVALID_REQUEST, f"no admin endpoint at {path}")
+            return ProxyError(403, FORBIDDEN, "the admin endpoints serve loopback callers only")
+        return None
 
-    async def _purge(self, incoming: Incoming) -> Response:
+    async def _api(self) -> ASGIApp:
+        if self._routes is None:
+            # Imported off the event loop: FastAPI takes about a tenth of a second to
+            # load, which the proxy's requests would otherwise wait through.
+            self._routes = asyncio.ensure_future(asyncio.to_thread(_load_api, self))
+        # Shielded: the first caller hanging up must not cancel the load for the others.
+        return await asyncio.shield(self._routes)
+
+    async def purge(self, incoming: Incoming) -> Response:
         # JSON only: a browser cannot send it cross-origin without a preflight.
         if media_type(incoming.headers) != JSON:
             raise ProxyError(415, INVALID_REQUEST, "Content-Type must be application/json")
@@ -118,7 +122,7 @@ class Admin:
         removed = self.invalidator.purge(server, tool, uri)
         await self.invalidator.announced(server)  # the other replicas are told first
         scope = {k: v for k, v in (("tool", tool), ("uri", uri)) if v is not None}
-        return _json({"server": server, **scope, "purged": removed})
+        return json_response({"server": server, **scope, "purged": removed})
 
     def stats(self) -> dict[str, Any]:
         """Live entries and bytes per server and tool, requests per outcome and the
@@ -193,7 +197,13 @@ class Admin:
         }
 
 
-def _not_allowed(method: str, allowed: str) -> ProxyError:
+def _load_api(admin: Admin) -> ASGIApp:
+    from .admin_api import admin_api
+
+    return admin_api(admin)
+
+
+def not_allowed(method: str, allowed: str) -> ProxyError:
     return ProxyError(
         405,
         INVALID_REQUEST,

@@ -16,9 +16,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import uvicorn
-from fastapi import FastAPI
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.responses import JSONResponse, Response
+from prometheus_client import make_asgi_app
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..cache.store import ResponseCache
@@ -128,25 +127,8 @@ class Sidecar:
     def proxy_app(self) -> ProxyApp:
         return ProxyApp(self.proxy, self.admin, self.tracer)
 
-    def metrics_app(self) -> FastAPI:
-        app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-        registry = self.metrics.registry
-
-        @app.get("/metrics")
-        async def metrics() -> Response:
-            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-        @app.get("/healthz")
-        async def healthz() -> Response:
-            return JSONResponse({"status": "ok"})
-
-        @app.get("/readyz")
-        async def readyz() -> Response:
-            if not self.ready:
-                return JSONResponse({"status": "starting"}, status_code=503)
-            return JSONResponse({"status": "ready", "servers": len(self.config().servers)})
-
-        return app
+    def metrics_app(self) -> MetricsApp:
+        return MetricsApp(self)
 
     async def serve(
         self,
@@ -242,8 +224,10 @@ class ProxyApp:
         path: str = scope["path"]
         name = path[5:] if path.startswith("/mcp/") else ""
         if not name and path.startswith("/admin/"):
-            response: ASGIApp = await self.admin.handle(scope, Incoming(scope, receive))
-        elif not name or "/" in name:
+            await self.admin(scope, receive, send)
+            return
+        response: ASGIApp
+        if not name or "/" in name:
             response = ProxyError(
                 404, UNKNOWN_SERVER, f"no MCP endpoint at {path}; use /mcp/<server>"
             ).to_response()
@@ -260,6 +244,44 @@ class ProxyApp:
         else:
             response = await self.proxy.handle(Incoming(scope, receive), name)
         await response(scope, receive, send)
+
+
+class MetricsApp:
+    """The metrics listener: `/metrics`, prometheus-client's own app (which negotiates
+    the format and the compression), `/healthz` and `/readyz`.
+
+    A plain ASGI app, as the proxy's is: every probe and every scrape of an idle pod
+    comes here, and a framework here would be loaded by every sidecar (FastAPI alone was
+    a quarter of an idle sidecar's memory: benchmarks/idle_memory.py). Other paths and
+    methods get the answers FastAPI gave them before.
+    """
+
+    def __init__(self, sidecar: Sidecar) -> None:
+        self.sidecar = sidecar
+        self.exposition: ASGIApp = make_asgi_app(sidecar.metrics.registry)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # no lifespan: the listeners run with lifespan="off"
+            return
+        path: str = scope["path"]
+        response: ASGIApp
+        if path not in _METRICS_PATHS:
+            response = JSONResponse({"detail": "Not Found"}, 404)
+        elif scope["method"] != "GET":
+            response = JSONResponse({"detail": "Method Not Allowed"}, 405, {"allow": "GET"})
+        elif path == "/metrics":
+            response = self.exposition
+        elif path == "/healthz":
+            response = JSONResponse({"status": "ok"})
+        elif not self.sidecar.ready:
+            response = JSONResponse({"status": "starting"}, 503)
+        else:
+            servers = len(self.sidecar.config().servers)
+            response = JSONResponse({"status": "ready", "servers": servers})
+        await response(scope, receive, send)
+
+
+_METRICS_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
 
 
 def _server(app: ASGIApp, address: Address, config: SidecarConfig) -> uvicorn.Server:

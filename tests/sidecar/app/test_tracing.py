@@ -214,8 +214,8 @@ async def test_an_unreachable_collector_never_delays_or_fails_a_call_and_drops_a
 
 
 SDK = ("opentelemetry.sdk", "opentelemetry.exporter", "google.protobuf", "requests")
-"""What tracing loads (FastAPI itself imports the OpenTelemetry API, whatever the sidecar
-does: the API alone does nothing without an SDK)."""
+"""What tracing loads (FastAPI, which the admin endpoints load, imports the OpenTelemetry
+API whatever the sidecar does: the API alone does nothing without an SDK)."""
 
 
 def test_a_sidecar_without_tracing_never_loads_the_opentelemetry_sdk(tmp_path: Path) -> None:

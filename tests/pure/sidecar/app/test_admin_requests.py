@@ -1,4 +1,4 @@
-"""The admin endpoints on their own, driven through their ASGI request (no sockets): who
+"""The admin endpoints on their own, driven as an ASGI app (no sockets): who
 may call them, which requests they refuse and why, what a purge removes and what stats
 count. The endpoints over a real listener and the CLI: tests/sidecar/app/test_purge.py."""
 
@@ -14,7 +14,6 @@ from mcpcache.sidecar.app.admin import MAX_ADMIN_BODY, Admin
 from mcpcache.sidecar.cache.store import ResponseCache, Scope
 from mcpcache.sidecar.config import parse_config
 from mcpcache.sidecar.edge.errors import FORBIDDEN, UNKNOWN_SERVER
-from mcpcache.sidecar.edge.incoming import Incoming
 from mcpcache.sidecar.edge.origin import OriginPolicy
 from mcpcache.sidecar.metrics import Metrics
 from mcpcache.sidecar.proxy.invalidator import Invalidator
@@ -73,16 +72,24 @@ class Sidecar:
             "type": "http",
             "method": method,
             "path": path,
+            "query_string": b"",
             "headers": [(k.encode(), v.encode()) for k, v in sent.items() if v],
             "client": client,
         }
         events: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+        sent: list[Message] = []
 
         async def receive() -> Message:
             return events.pop(0) if events else {"type": "http.disconnect"}
 
-        response = await self.admin.handle(scope, Incoming(scope, receive))
-        return response.status_code, dict(response.headers), orjson.loads(response.body)
+        async def send(message: Message) -> None:
+            sent.append(message)
+
+        await self.admin(scope, receive, send)
+        start, *bodies = sent
+        headers = {k.decode(): v.decode() for k, v in start["headers"]}
+        content = b"".join(message.get("body", b"") for message in bodies)
+        return start["status"], headers, orjson.loads(content)
 
     async def purge(self, request: Any) -> tuple[int, Any]:
         status, _, document = await self.call("POST", "/admin/purge", orjson.dumps(request))

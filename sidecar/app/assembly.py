@@ -77,7 +77,6 @@ class Sidecar:
             # Waited for before a write's or a purge's answer: SET then PUBLISH, each
             # bounded by the tier's own timeout (sharedCache changes at the next start).
             announce_within=2 * self.shared.settings.timeout if self.shared else 0.0,
-            observations=self.learned.observations,
         )
         self.invalidator.follow_config(current)
         origin_policy = OriginPolicy(current.allowed_hosts)
@@ -251,9 +250,9 @@ class MetricsApp:
     the format and the compression), `/healthz` and `/readyz`.
 
     A plain ASGI app, as the proxy's is: every probe and every scrape of an idle pod
-    comes here, and a framework here would be loaded by every sidecar (FastAPI alone was
-    a quarter of an idle sidecar's memory: benchmarks/idle_memory.py). Other paths and
-    methods get the answers FastAPI gave them before.
+    comes here, and a framework here would be loaded by every sidecar (FastAPI's import
+    is about 6 MiB: benchmarks/idle_memory.py). Other paths and methods get the answers
+    FastAPI gave them before.
     """
 
     def __init__(self, sidecar: Sidecar) -> None:

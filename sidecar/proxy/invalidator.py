@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable
 from typing import Final, Literal
 
 from ..cache import globs
-from ..cache.observations import Observations
 from ..cache.store import ResponseCache
 from ..config import SidecarConfig
 from ..metrics import Metrics
@@ -47,8 +46,7 @@ class Invalidator:
     the app (more than needed, never less: other replicas fetch again) and announces
     the removal; the future it returns is done once it has been announced (or Redis
     refused the fence: it is announced when Redis takes it, and nobody waits for that).
-    `announce_within`: how long `announced` waits for that. `observations`: what the
-    answers and writes showed (for `suggest`), beside the epochs it reads them against."""
+    `announce_within`: how long `announced` waits for that."""
 
     def __init__(
         self,
@@ -57,10 +55,8 @@ class Invalidator:
         hints: LearnedTools,
         on_drop: OnDrop | None = None,
         announce_within: float = 0.0,
-        observations: Observations | None = None,
     ) -> None:
         self.cache = cache
-        self.observations = observations if observations is not None else Observations()
         self.metrics = metrics
         self.hints = hints
         self.on_drop = on_drop

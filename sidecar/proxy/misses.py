@@ -149,3 +149,16 @@ class Misses:
         within = lookup.ttl + server.cache.keep_stale
         verified = request.verified or accepted.accepted(lookup.scope, lookup.context, within)
         return on_failure(lookup, verified, self.reading, server, now, self._tier)
+
+
+class MemoryReading:
+    """This sidecar's memory and flights, as `rules.lookup.choose` reads them."""
+
+    def __init__(self, cache: ResponseCache, coalescer: Coalescer) -> None:
+        self.fresh = cache.get_fresh
+        self.stale = cache.get_stale
+        self.running = coalescer.running
+        self._coalescer = coalescer
+
+    def has_room(self, key: str) -> bool:
+        return self._coalescer.joinable(key) is not None

@@ -11,7 +11,6 @@ memory (`hits`) or the tier, or go on as a miss (`misses`). The decisions live i
 
 from __future__ import annotations
 
-import logging
 import secrets
 from collections.abc import Callable
 
@@ -43,11 +42,9 @@ from .fetching import CacheableRequest, Storage
 from .hits import Hits
 from .invalidator import Invalidator
 from .learned import Learned, Lessons
-from .misses import Misses
+from .misses import MemoryReading, Misses
 from .passing import pass_through
 from .tier_reads import TierReads
-
-logger = logging.getLogger("mcpcache.sidecar")
 
 
 class Proxy:
@@ -65,14 +62,8 @@ class Proxy:
         learned: Learned,
         tier: RedisTier | None = None,
     ) -> None:
-        self._config = config
-        self.cache = cache
-        self.metrics = metrics
-        self.client = client
-        self.origin_policy = origin_policy
-        self.invalidator = invalidator
-        self.hints = learned.tools
-        self.tier = tier
+        self._config, self.cache, self.metrics = config, cache, metrics
+        self.origin_policy, self.invalidator, self.hints = origin_policy, invalidator, learned.tools
         self.via_token = f"mcpcache-{secrets.token_hex(8)}"
         """This sidecar's name in `Via`: a request that already carries it has looped."""
         self.via = f"1.1 {self.via_token}"
@@ -180,16 +171,3 @@ class Proxy:
         return await pass_through(
             self.exchanges, self.lessons, self.via, incoming, server, plan, message, raw
         )
-
-
-class MemoryReading:
-    """This sidecar's memory and flights, as `rules.lookup.choose` reads them."""
-
-    def __init__(self, cache: ResponseCache, coalescer: Coalescer) -> None:
-        self.fresh = cache.get_fresh
-        self.stale = cache.get_stale
-        self.running = coalescer.running
-        self._coalescer = coalescer
-
-    def has_room(self, key: str) -> bool:
-        return self._coalescer.joinable(key) is not None

@@ -84,16 +84,21 @@ def encode(
     own (the operator's freshness, see `rules.admission.freshness`); `scope`: this
     `cacheScope`. Written whole, in one go: a result orjson cannot write whole (nested
     too deep) raises `orjson.JSONEncodeError`, as writing it for anyone else would."""
+    # The members are put in order by placing `_meta` and `content` first and copying
+    # the rest after them (a copied member keeps the place it already has), then moving
+    # `ttlMs` (and the `cacheScope` written here) to the end.
     whole: dict[str, Any] = {}
     at = 1  # where the next member starts: after the opening brace, or a comma
     meta_at = content_at = ttl_at = 0
     meta_open = meta_more = content_more = False
+    meta: Any = None
     if "_meta" not in result:
         meta_at, meta_open = 1, True
     else:
         meta = result["_meta"]
         if isinstance(meta, dict):  # else left as it is, with no age
-            meta = {k: v for k, v in meta.items() if k not in _OURS}
+            if not _OURS.isdisjoint(meta):
+                meta = {k: v for k, v in meta.items() if k not in _OURS}
             meta_at, meta_more = at + len(b'"_meta":{'), bool(meta)
         whole["_meta"] = meta
         at += len(b'"_meta":') + len(orjson.dumps(meta)) + 1
@@ -101,11 +106,15 @@ def encode(
     if isinstance(content, list):
         whole["content"] = content
         content_at, content_more = at + len(b'"content":['), bool(content)
-    ours = ("ttlMs", "cacheScope") if scope is not None else ("ttlMs",)
-    whole.update({k: v for k, v in result.items() if k not in whole and k not in ours})
+    whole.update(result)
+    if not meta_open:
+        whole["_meta"] = meta
+    ttl = whole.pop("ttlMs", None)
+    if ttl_ms is not None:
+        ttl = ttl_ms
     if scope is not None:
+        whole.pop("cacheScope", None)
         whole["cacheScope"] = scope
-    ttl = result.get("ttlMs") if ttl_ms is None else ttl_ms
     if "ttlMs" in result or ttl_ms is not None:
         whole["ttlMs"] = ttl
     encoded = orjson.dumps(whole)

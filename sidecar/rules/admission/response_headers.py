@@ -38,10 +38,11 @@ def response_refusal(
     if status != 200:
         return "upstream_status"
     directives = cache_directives(headers.get("cache-control", ""))
-    if "no-store" in directives or "private" in directives:
-        return "no_store"
-    if ("no-cache" in directives and not event_stream) or _max_age(directives) == 0:
-        return "no_cache"
+    if directives:
+        if "no-store" in directives or "private" in directives:
+            return "no_store"
+        if ("no-cache" in directives and not event_stream) or _max_age(directives) == 0:
+            return "no_cache"
     if "vary" in headers and not varies_within_key(lookup.keyed, headers["vary"]):
         return "vary"
     if "set-cookie" in headers and not server.cache.ignore_set_cookie:
@@ -51,14 +52,15 @@ def response_refusal(
 
 def _max_age(directives: Mapping[str, str | None]) -> float | None:
     """The freshness lifetime the upstream gives a shared cache (`s-maxage` first)."""
-    for name in ("s-maxage", "max-age"):
-        argument = directives.get(name)
-        if argument is not None:
-            try:
-                return max(0.0, float(int(argument)))
-            except ValueError:
-                return 0.0  # an unreadable lifetime is treated as stale at once
-    return None
+    argument = directives.get("s-maxage")
+    if argument is None:
+        argument = directives.get("max-age")
+        if argument is None:
+            return None
+    try:
+        return max(0.0, float(int(argument)))
+    except ValueError:
+        return 0.0  # an unreadable lifetime is treated as stale at once
 
 
 def varies_within_key(keyed: frozenset[str], vary: str) -> bool:

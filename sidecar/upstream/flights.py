@@ -24,7 +24,7 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 import anyio
 
@@ -43,9 +43,9 @@ LEADER_BUFFER: Final = 32
 flight waits for it (its memory stays bounded)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Head:
-    """What the leader's response starts with, or why there is none."""
+class Head(NamedTuple):
+    """What the leader's response starts with, or why there is none. (A tuple: made on
+    every miss, so cheap.)"""
 
     status: int = 0
     headers: tuple[tuple[str, str], ...] = ()

@@ -15,8 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..edge.errors import UPSTREAM_UNAVAILABLE, error_body
 from ..edge.forwarded import BrokenBody
@@ -29,9 +28,9 @@ from .client import UpstreamFailure, UpstreamResponse
 logger = logging.getLogger("mcpcache.sidecar")
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
-    """What the relay reports an upstream call under (never a caller or an argument)."""
+class Call(NamedTuple):
+    """What the relay reports an upstream call under (never a caller or an argument).
+    (A tuple: made on every call, so cheap.)"""
 
     server: str
     method: str

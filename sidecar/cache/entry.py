@@ -166,12 +166,16 @@ def span(seconds: int) -> bytes:
     return b"%ds" % secs
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Entry:
     """A stored result, kept as the bytes of the JSON-RPC `result` value.
 
     The response a hit sends is these bytes framed around the caller's own `id`, so a hit
     does no JSON encoding of the result.
+
+    Never changed once made, but for the parts a hit cuts at its first hit. Not declared
+    frozen: a frozen class's constructor makes a call per field, and every miss that is
+    stored makes one.
     """
 
     result: bytes
@@ -229,9 +233,8 @@ class Entry:
         )  # fmt: skip
 
     def _cut_for_hits(self) -> _HitParts | None:
-        hit = _HitParts.of(self)
-        object.__setattr__(self, "_hit", hit)
-        object.__setattr__(self, "_cut", True)
+        hit = self._hit = _HitParts.of(self)
+        self._cut = True
         return hit
 
 

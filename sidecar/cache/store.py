@@ -138,7 +138,7 @@ class ResponseCache(cachetools.Cache[str, Entry]):
             fetch_seconds, notes,
         )  # fmt: skip
         self._put(key, entry)
-        return self.get(key)
+        return entry
 
     def make_entry(
         self,

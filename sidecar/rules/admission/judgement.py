@@ -89,8 +89,11 @@ def judge(
     # A listing answered for another request, or overtaken by a change the server
     # announced while it was upstream, teaches nothing.
     current = verdict.reason not in ("id_reused", "invalidated")
-    result = final.get("result") if final is not None else None
-    served = current and not_an_answer(result) is None
+    # A storable verdict read the result already: it is the call's own answer.
+    served = current and (
+        verdict.reason is None
+        or not_an_answer(final.get("result") if final is not None else None) is None
+    )
     teaches = lookup.learner is not None and current and final is not None and "result" in final
     rewrite = final is not None and freshness.overrides(server, method, final)
     if rewrite and final is not None:

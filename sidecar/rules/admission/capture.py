@@ -39,6 +39,31 @@ class ResponseCapture:
     answer can be judged and stored before the caller has seen it.
     """
 
+    # What has been seen so far: nothing, until a chunk shows otherwise. (Read from the
+    # class until then: a capture is made on every miss, and most stay at these.)
+    size = 0
+    final_seen = False
+    ended = False
+    """The body ended whole (`finish`)."""
+    failure: UpstreamFailure | None = None
+    """How the body broke off, when it did (`fail`)."""
+    broken = False
+    resumable = False
+    """The stream carried SSE event ids, so a client may resume it after a close."""
+    skipped_event = False
+    """An event too large to decode passed: it may have been the answer."""
+    final: dict[str, Any] | None = None
+    """The final response, when it was no larger than `max_size`."""
+    final_raw = b""
+    """Its bytes as the upstream sent them (an event's data), when it is kept."""
+    final_over_size = False
+    """The response was larger than `max_size` by the time its final answer passed."""
+    asked_before_final = False
+    """The server sent the client a request before its final answer."""
+    unreplayable = False
+    """Something came before the final response that a hit could not replay."""
+    _server_request = False
+
     def __init__(
         self, request_id: Any, event_stream: bool, max_size: int, progress_token: Any = None
     ) -> None:
@@ -47,34 +72,12 @@ class ResponseCapture:
         """The request's own progress token (None: it sent none)."""
         self.event_stream = event_stream
         self.max_size = max_size
-        self.size = 0
-        self.final_seen = False
-        self.ended = False
-        """The body ended whole (`finish`)."""
-        self.failure: UpstreamFailure | None = None
-        """How the body broke off, when it did (`fail`)."""
-        self.broken = False
-        self.resumable = False
-        """The stream carried SSE event ids, so a client may resume it after a close."""
-        self.skipped_event = False
-        """An event too large to decode passed: it may have been the answer."""
-        self.final: dict[str, Any] | None = None
-        """The final response, when it was no larger than `max_size`."""
-        self.final_raw = b""
-        """Its bytes as the upstream sent them (an event's data), when it is kept."""
-        self.final_over_size = False
-        """The response was larger than `max_size` by the time its final answer passed."""
-        self.asked_before_final = False
-        """The server sent the client a request before its final answer."""
         self.notes: list[tuple[dict[str, Any], bytes]] = []
         """Notifications seen before the final response (parsed, and as sent), for a
         hit to replay; not kept once the response is larger than could be stored."""
-        self.unreplayable = False
-        """Something came before the final response that a hit could not replay."""
         self.notices: list[Notice] = []
         """Notifications seen before the final response that say entries are out of
         date; whoever follows the capture takes them out."""
-        self._server_request = False
         self._body: list[bytes] = []
         self._events = EventDecoder(max(max_size, MIN_EVENT_BOUND)) if event_stream else None
 

@@ -80,14 +80,16 @@ class Exchanges:
 
 
 class Exchange:
+    # Until the call is ticketed, traced and answered (read from the class till then).
+    ticket: Ticket | None = None
+    _span_end: spans.UpstreamEnd | None = None
+    _status: int | None = None
+
     def __init__(self, exchanges: Exchanges, server: Server, outbound: Outbound) -> None:
         self._exchanges = exchanges
         self.server = server
         self.outbound = outbound
         self.call = Call(server.name, outbound.label, outbound.request_id, time.perf_counter())
-        self.ticket: Ticket | None = None
-        self._span_end: spans.UpstreamEnd | None = None
-        self._status: int | None = None
         if outbound.ticketed:
             ticket_id = ANY_ID if outbound.unknown_ids else outbound.request_id
             self.ticket = exchanges.sessions.ticket(server, outbound.session, ticket_id)

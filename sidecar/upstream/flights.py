@@ -96,6 +96,25 @@ ENDED_EARLY: Final = UpstreamFailure("broken", AnswerMissing())
 class Flight:
     """One upstream fetch, its leader's channel and its followers."""
 
+    # How a flight starts, read from the class until it changes (one is made per miss).
+    followers = 0
+    abandoned = False
+    outcome: Outcome | None = None
+    capture: ResponseCapture | None = None
+    task: asyncio.Task[None] | None = None
+    _head: Head | None = None
+    _head_ready: asyncio.Event | None = None
+    """Made for a leader that waits for the head before it is open."""
+    _settled: asyncio.Event | None = None
+    """Made for the first follower that waits before the outcome is known."""
+    _broken = False
+    """The upstream's body broke off: the leader's body must not end as if whole."""
+    _channel: ChunkChannel | None = None
+    """The leader's chunks, from the flight's task to the leader's response (made
+    for the first chunk, or for the leader's body)."""
+    _ended = False
+    """The fetch is over: a channel made from now on starts closed."""
+
     def __init__(
         self,
         key: str,
@@ -111,23 +130,6 @@ class Flight:
         """A client reads the stream (it goes when that client does)."""
         self.keep_going = keep_going
         """Run to the end even with nobody waiting (a background refresh)."""
-        self.followers = 0
-        self.abandoned = False
-        self.outcome: Outcome | None = None
-        self.capture: ResponseCapture | None = None
-        self.task: asyncio.Task[None] | None = None
-        self._head: Head | None = None
-        self._head_ready: asyncio.Event | None = None
-        """Made for a leader that waits for the head before it is open."""
-        self._settled: asyncio.Event | None = None
-        """Made for the first follower that waits before the outcome is known."""
-        self._broken = False
-        """The upstream's body broke off: the leader's body must not end as if whole."""
-        self._channel: ChunkChannel | None = None
-        """The leader's chunks, from the flight's task to the leader's response (made
-        for the first chunk, or for the leader's body)."""
-        self._ended = False
-        """The fetch is over: a channel made from now on starts closed."""
         self._on_settled = on_settled
         """Called once the flight takes no more followers (settled or abandoned)."""
 

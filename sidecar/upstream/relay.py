@@ -39,6 +39,10 @@ class Call(NamedTuple):
 
 
 class Relay:
+    complete = False
+    """The whole body has been read (`read_prefix` reached its end)."""
+    done = False
+
     def __init__(
         self,
         response: UpstreamResponse,
@@ -59,9 +63,6 @@ class Relay:
             else None
         )
         self.on_done = on_done
-        self.complete = False
-        """The whole body has been read (`read_prefix` reached its end)."""
-        self.done = False
         self._chunks = response.chunks()
 
     async def read_prefix(self) -> bytes:

@@ -215,28 +215,28 @@ def routing_header_mismatch(
     that all agree are no disagreement (such a request goes upstream uncached, as any
     repeated routing header does: `key.callers.unambiguous_headers`).
     """
-    if any(value != message.method for value in _copies("mcp-method", headers, raw_headers)):
-        return "Mcp-Method header does not match the request body's method"
+    for value in _copies("mcp-method", headers, raw_headers):
+        if value != message.method:
+            return "Mcp-Method header does not match the request body's method"
     name_key = NAME_PARAM.get(message.method or "")
     if name_key is None or not isinstance(message.body.get("params"), dict):
         return None  # no name to compare, or the upstream judges the params
     name = message.params.get(name_key)
-    if any(
-        decode_header_value(value) != name for value in _copies("mcp-name", headers, raw_headers)
-    ):
-        return f"Mcp-Name header does not match the request body's {name_key!r} parameter"
+    for value in _copies("mcp-name", headers, raw_headers):
+        if decode_header_value(value) != name:
+            return f"Mcp-Name header does not match the request body's {name_key!r} parameter"
     return None
 
 
 def _copies(
     name: str, headers: Mapping[str, str], raw_headers: Sequence[tuple[str, str]]
-) -> list[str]:
+) -> Sequence[str]:
     """Each value of a header as sent: one, or (repeated) every copy in order."""
     value = headers.get(name)
     if value is None:
-        return []
+        return ()
     if len(raw_headers) <= len(headers):  # no header was sent twice
-        return [value]
+        return (value,)
     return [copy for sent, copy in raw_headers if sent == name]
 
 

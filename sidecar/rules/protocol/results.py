@@ -15,9 +15,12 @@ from ...cache.entry import Layout, Note, encode, notes_size
 from ..cache_status import NotStoredReason
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Verdict:
-    """Whether a final JSON-RPC response may be stored, and for how long at most."""
+    """Whether a final JSON-RPC response may be stored, and for how long at most.
+
+    Never changed once made (`dataclasses.replace` makes another). Not declared frozen:
+    a frozen class's constructor makes a call per field, and every answer is judged."""
 
     reason: NotStoredReason | None
     result: bytes = b""

@@ -76,6 +76,10 @@ class Layout(NamedTuple):
     content_more: bool = False
 
 
+_META_NAME: Final = len(b'"_meta":')
+_CONTENT_NAME: Final = len(b'"content":')
+
+
 def encode(
     result: Mapping[str, Any], ttl_ms: int | None = None, scope: str | None = None
 ) -> tuple[bytes, Layout]:
@@ -99,13 +103,13 @@ def encode(
         if isinstance(meta, dict):  # else left as it is, with no age
             if not _OURS.isdisjoint(meta):
                 meta = {k: v for k, v in meta.items() if k not in _OURS}
-            meta_at, meta_more = at + len(b'"_meta":{'), bool(meta)
+            meta_at, meta_more = at + _META_NAME + 1, bool(meta)  # inside its brace
         whole["_meta"] = meta
-        at += len(b'"_meta":') + len(orjson.dumps(meta)) + 1
+        at += _META_NAME + len(orjson.dumps(meta)) + 1
     content = result.get("content")
     if isinstance(content, list):
         whole["content"] = content
-        content_at, content_more = at + len(b'"content":['), bool(content)
+        content_at, content_more = at + _CONTENT_NAME + 1, bool(content)  # inside its bracket
     whole.update(result)
     if not meta_open:
         whole["_meta"] = meta

@@ -152,9 +152,11 @@ def plan(asked: Asked, app_id: str, hints: LearnedTools | None = None) -> Bypass
     reason = bypass_reason(server, message)
     if reason is not None and reason == message.doubt:
         return Bypass(reason, doubtful_writes(server, message, tool_rule(server, message)))
-    call = ToolCall(tool_rule(server, message) if server.cache.tools else None, None, {}, None)
+    rule = tool_rule(server, message) if server.cache.tools else None
     if reason is None and message.method == "tools/call":
-        reason, call = _tool_call(asked, call.rule, hints)
+        reason, call = _tool_call(asked, rule, hints)
+    else:
+        call = ToolCall(rule, None, {}, None)
     if reason is not None:
         return _bypass(asked, reason, call.rule)
     try:

@@ -58,7 +58,9 @@ def without(headers: Iterable[tuple[str, str]], dropped: frozenset[str]) -> list
     Repeated headers stay repeated."""
     pairs = [(k.lower(), v) for k, v in headers]
     named = connection_named(pairs)
-    return [(k, v) for k, v in pairs if k not in dropped and k not in named]
+    if named:
+        dropped = dropped | named
+    return [(k, v) for k, v in pairs if k not in dropped]
 
 
 def forwarded(name: str) -> bool:

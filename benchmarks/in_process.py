@@ -23,7 +23,7 @@ from typing import Any
 
 import run_all as bench
 import uvloop
-from servers import forwarder_app, least_cache_miss_app
+from servers import forwarder_app, least_cache_miss_app, shut_down
 from trace_miss import bench_sidecar, one_call
 
 
@@ -57,7 +57,10 @@ async def measure(upstream_url: str, calls: int, rounds: int) -> dict[str, list[
         figures["forwarder"].append(await cpu_us(apps["forwarder"], calls, new_key))
         figures["least cache"].append(await cpu_us(apps["least cache"], calls, new_key))
         figures["sidecar hit"].append(await cpu_us(apps["sidecar"], calls * 10, lambda: "hot"))
+    await shut_down(apps["forwarder"])
+    await shut_down(apps["least cache"])
     await sidecar.proxy.aclose()
+    await sidecar.client.aclose()
     return figures
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import run_all as bench
 import uvloop
-from servers import forwarder_app, least_cache_miss_app
+from servers import forwarder_app, least_cache_miss_app, shut_down
 from trace_miss import PACKAGE, bench_sidecar, one_call
 
 STDLIB = sysconfig.get_paths()["stdlib"]
@@ -88,7 +88,10 @@ async def measure(upstream_url: str, calls: int) -> dict[str, OpcodeCount]:
         "sidecar": sidecar.proxy_app(),
     }
     counts = {name: await count(app, calls) for name, app in apps.items()}
+    await shut_down(apps["forwarder"])
+    await shut_down(apps["least cache"])
     await sidecar.proxy.aclose()
+    await sidecar.client.aclose()
     return counts
 
 

@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import hashlib
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,8 @@ class _LeastCacheMiss:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                await lifespan(receive, send, self.aclose)
             return
         self.client = self.client or aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
         body = await _whole_body(receive)
@@ -179,14 +182,24 @@ class _LeastCacheMiss:
         await send({"type": "http.response.start", "status": status, "headers": relayed})
         await send({"type": "http.response.body", "body": answer})
 
+    async def aclose(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+
 
 def forwarder_app(target: str) -> Any:
     session: aiohttp.ClientSession | None = None
     hop = {b"host", b"connection", b"content-length", b"transfer-encoding", b"keep-alive"}
 
+    async def aclose() -> None:
+        if session is not None:
+            await session.close()
+
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         nonlocal session
         if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                await lifespan(receive, send, aclose)
             return
         if session is None:
             session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
@@ -208,6 +221,26 @@ def forwarder_app(target: str) -> Any:
             await send({"type": "http.response.body", "body": b""})
 
     return app
+
+
+async def lifespan(receive: Any, send: Any, close: Callable[[], Awaitable[None]]) -> None:
+    """ASGI lifespan for the apps above: their client is closed at shutdown."""
+    while (await receive())["type"] == "lifespan.startup":
+        await send({"type": "lifespan.startup.complete"})
+    await close()
+    await send({"type": "lifespan.shutdown.complete"})
+
+
+async def shut_down(app: Any) -> None:
+    """Shut an app above down as a server would at exit (its client closed)."""
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "lifespan.shutdown"}
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    await app({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
 
 
 def serve(app: Any, port: int) -> None:

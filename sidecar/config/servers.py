@@ -236,7 +236,7 @@ class ServerCache(Model):
                 found.append((rule, earlier))
         return found
 
-    @property
+    @functools.cached_property
     def effective_max_size(self) -> int:
         return min(self.max_size, MAX_SIZE_CEILING)
 
@@ -252,9 +252,10 @@ class ServerCache(Model):
             self.trust_public_hints or any(rule.scope == "public" for rule in self.tools)
         )
 
-    @property
+    @functools.cached_property
     def keep_stale(self) -> float:
-        """How long an expired entry of this server is kept for stale answers."""
+        """How long an expired entry of this server is kept for stale answers (read on
+        every miss and stale answer: worked out once per config)."""
         return max(self.stale_if_error or 0.0, self.stale_while_revalidate or 0.0)
 
 

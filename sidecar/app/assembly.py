@@ -270,6 +270,7 @@ class MetricsApp:
             response = JSONResponse({"detail": "Method Not Allowed"}, 405, {"allow": "GET"})
         elif path == "/metrics":
             response = self.exposition
+            scope = _readable(scope)
         elif path == "/healthz":
             response = JSONResponse({"status": "ok"})
         elif not self.sidecar.ready:
@@ -281,6 +282,23 @@ class MetricsApp:
 
 
 _METRICS_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
+
+
+def _readable(scope: Scope) -> Scope:
+    """A scrape as prometheus-client can read it: it decodes `Accept` and
+    `Accept-Encoding` as UTF-8, so a value that is not is left out (the default format,
+    uncompressed, answers), where it would fail the scrape."""
+    headers = scope["headers"]
+    kept = [(name, value) for name, value in headers if _utf8(value)]
+    return scope if len(kept) == len(headers) else {**scope, "headers": kept}
+
+
+def _utf8(value: bytes) -> bool:
+    try:
+        value.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _server(app: ASGIApp, address: Address, config: SidecarConfig) -> uvicorn.Server:

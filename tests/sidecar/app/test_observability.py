@@ -79,6 +79,21 @@ async def test_health_and_readiness(sidecar) -> None:
     assert ready.json() == {"status": "ready", "servers": 3}
 
 
+async def test_a_scrape_with_an_accept_header_that_is_not_utf8_gets_the_default_format(
+    sidecar,
+) -> None:
+    # HTTP allows such bytes; prometheus-client decodes the header as UTF-8.
+    async with http_client() as http:
+        odd = await http.get(f"{sidecar.metrics_url}/metrics", headers={"accept": b"\xff"})
+        asked = await http.get(
+            f"{sidecar.metrics_url}/metrics", headers={"accept": "application/openmetrics-text"}
+        )
+    assert odd.status_code == 200
+    assert odd.headers["content-type"].startswith("text/plain")
+    assert "mcpcache_requests_total" in odd.text
+    assert asked.headers["content-type"].startswith("application/openmetrics-text")
+
+
 async def test_each_upstream_call_is_one_log_line_and_a_hit_writes_none(sidecar, caplog) -> None:
     caplog.set_level(logging.INFO, logger="mcpcache")
     text = unique()

@@ -18,6 +18,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import orjson
 
@@ -48,8 +49,7 @@ from .invalidator import Invalidator
 from .learned import Lessons
 
 
-@dataclass(frozen=True, slots=True)
-class CacheableRequest:
+class CacheableRequest(NamedTuple):
     """A cacheable request on its way: what it is, for whom (`key`), and its bytes."""
 
     incoming: Incoming

@@ -43,6 +43,11 @@ def _operator_pods_with(core: client.CoreV1Api, user: int | None) -> list[Any]:
     return pods if len(pods) == 2 and users == {user} else []
 
 
+def _injected_on_dry_run(core: client.CoreV1Api, pod: dict[str, Any]) -> bool:
+    made = core.create_namespaced_pod(AGENTS, pod, dry_run="All", _request_timeout=30)
+    return any(c.name == "mcpcache" for c in made.spec.init_containers or [])
+
+
 def _running(core: client.CoreV1Api, name: str) -> Any:
     """The pod, once it runs with its sidecar ready."""
     pod = core.read_namespaced_pod(name, AGENTS)
@@ -62,6 +67,9 @@ def test_pull_secrets_and_a_platform_uid_reach_an_injected_pod(
         assert all(p.spec.security_context.run_as_non_root for p in operators)
         pod = agent_pod(name, node.images["peers"])
         pod["spec"]["imagePullSecrets"] = [{"name": "own-registry"}]
+        # Ready pods are not yet a webhook the API server calls (the webhook fails open):
+        # a dry run of the same pod comes back injected once it is.
+        wait_for(lambda: _injected_on_dry_run(core, pod), 120, "the webhook injecting")
         core.create_namespaced_pod(AGENTS, pod)
         running = wait_for(lambda: _running(core, name), 180, "the injected pod running")
         pulled = [s.name for s in running.spec.image_pull_secrets]
